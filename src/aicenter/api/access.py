@@ -1,0 +1,23 @@
+"""Who may call an operation, declared on every route as ``openapi_extra=access(...)``.
+
+The OpenAPI document carries it as ``x-aicenter-access``, and the tenant-isolation test generated from that
+document checks every operation against it (tests/integration/api/test_isolation.py), so a new endpoint is
+covered without anyone remembering to add a test.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class Access(StrEnum):
+    PUBLIC = "public"  # no credentials (login, health)
+    USER = "user"  # any signed-in user, acting on their own things
+    WORKSPACE = "workspace"  # members of the workspace the path names (others get 403/404)
+    WORKSPACE_ADMIN = "workspace_admin"  # admins of the workspace the path names
+    ADMIN = "admin"  # platform admins only
+
+
+def access(level: Access) -> dict[str, Any]:
+    return {"x-aicenter-access": level.value}

@@ -1,0 +1,110 @@
+"""Request dependencies: the shared context, database sessions and the acting user."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.api.context import AppContext
+from aicenter.core.errors import Forbidden, Unauthenticated
+from aicenter.core.roles import TokenKind
+from aicenter.services.auth import csrf_token
+from aicenter.services.context import Actor
+
+SESSION_COOKIE = "aicenter_session"
+CSRF_HEADER = "x-csrf-token"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def get_ctx(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+Ctx = Annotated[AppContext, Depends(get_ctx)]
+
+
+async def _read_session(ctx: Ctx) -> AsyncIterator[AsyncSession]:
+    async with ctx.db.read() as session:
+        yield session
+
+
+async def _write_session(ctx: Ctx) -> AsyncIterator[AsyncSession]:
+    async with ctx.db.write() as session:
+        yield session
+
+
+ReadSession = Annotated[AsyncSession, Depends(_read_session)]
+# scope="function": the transaction commits when the route function returns, before the response is sent,
+# so a client never sees success for a change that then fails to commit.
+WriteSession = Annotated[AsyncSession, Depends(_write_session, scope="function")]
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+    return value.strip()
+
+
+async def authenticate(request: Request, ctx: AppContext) -> Actor | None:
+    """The actor behind a bearer token or a console session cookie; None if the request carries neither.
+
+    Cookie-authenticated unsafe requests must carry the session's CSRF token (header or form field checked
+    by the console); bearer requests cannot be forged cross-site, so they need none.
+    """
+    raw = bearer_token(request)
+    from_cookie = False
+    if raw is None:
+        raw = request.cookies.get(SESSION_COOKIE)
+        from_cookie = raw is not None
+    if raw is None:
+        return None
+    async with ctx.db.read() as session:
+        actor, kind = await ctx.tokens.verify(session, raw)
+    if from_cookie:
+        if kind != TokenKind.SESSION:
+            raise Unauthenticated("the session cookie is not a console session")
+        if request.method not in _SAFE_METHODS and request.url.path.startswith("/api/"):
+            sent = request.headers.get(CSRF_HEADER, "")
+            expected = csrf_token(ctx.secret_key, actor.token_id or 0)
+            if not hmac.compare_digest(sent, expected):
+                raise Forbidden("missing or wrong CSRF token (send the X-CSRF-Token header)")
+    return replace(actor, client_address=client_address(request), request_id=getattr(request.state, "request_id", None))
+
+
+async def current_actor(request: Request, ctx: Ctx) -> Actor:
+    actor = await authenticate(request, ctx)
+    if actor is None:
+        raise Unauthenticated("sign in: send 'Authorization: Bearer <token>' (get one with `aicenter login`)")
+    return actor
+
+
+CurrentActor = Annotated[Actor, Depends(current_actor)]
+
+
+class PageParams:
+    """``?limit=&cursor=`` on every list operation."""
+
+    def __init__(
+        self,
+        limit: Annotated[int, Query(ge=1, le=500, description="Items per page.")] = 50,
+        cursor: Annotated[str | None, Query(description="The next_cursor of the previous page.")] = None,
+    ) -> None:
+        self.limit = limit
+        self.cursor = cursor
+
+
+Paging = Annotated[PageParams, Depends()]

@@ -1,0 +1,41 @@
+"""Schemas shared by every router."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+T = TypeVar("T")
+
+
+class Schema(BaseModel):
+    """Response models read ORM objects directly."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class Input(BaseModel):
+    """Request bodies refuse unknown fields, so a typo is an error rather than silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = {}
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (401, 403, 404, 409, 422, 429)
+}

@@ -1,0 +1,81 @@
+"""App factory: settings -> database -> services -> controllers -> routers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from aicenter import __version__
+from aicenter.api.context import AppContext
+from aicenter.api.errors import install_error_handlers
+from aicenter.api.middleware import RequestIdMiddleware
+from aicenter.api.routers import ROUTERS
+from aicenter.config import Settings
+from aicenter.controllers.base import Controller
+from aicenter.db import migrate
+from aicenter.db.engine import Database
+from aicenter.services.auth import TokenVerifier
+from aicenter.services.bootstrap import BootstrapResult, bootstrap
+from aicenter.web import install as install_console
+
+log = logging.getLogger("aicenter")
+
+# Functions that build this process's controllers from the context; areas register theirs here.
+CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = []
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    run_controllers: bool = True,
+    on_bootstrap: Callable[[BootstrapResult], None] | None = None,
+) -> FastAPI:
+    """Build the ASGI app. Start-up applies migrations (under a lock), bootstraps, and starts controllers."""
+    settings = settings or Settings()
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.effective_database_url, pool_size=settings.db_pool_size)
+    ctx = AppContext(
+        settings=settings,
+        db=db,
+        tokens=TokenVerifier(settings.token_cache_s),
+        secret_key=settings.resolve_secret_key(),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await migrate.upgrade(db)
+        async with db.write() as session:
+            result = await bootstrap(
+                session, admin_username=settings.admin_username, admin_password=settings.admin_password
+            )
+        if on_bootstrap is not None:
+            on_bootstrap(result)
+        controllers = [c for f in CONTROLLER_FACTORIES if (c := f(ctx)) is not None] if run_controllers else []
+        for controller in controllers:
+            controller.start()
+        try:
+            yield
+        finally:
+            for controller in controllers:
+                await controller.stop()
+            await db.dispose()
+
+    app = FastAPI(
+        title="aicenter",
+        version=__version__,
+        description="REST API of aicenter, the one-stop platform for AI computing centers.",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url="/api/redoc",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    install_console(app)
+    app.add_middleware(RequestIdMiddleware)
+    return app

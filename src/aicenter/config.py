@@ -1,0 +1,97 @@
+"""Typed settings. Every field reads ``AICENTER_<NAME>`` (nested: ``AICENTER_<GROUP>__<NAME>``)."""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DEV_SECRET = "dev-insecure-secret-key"  # noqa: S105 - the default that production refuses
+
+
+class Settings(BaseSettings):
+    """Server settings. Defaults give the embedded shape: SQLite and local disk under ``home``."""
+
+    model_config = SettingsConfigDict(env_prefix="AICENTER_", env_nested_delimiter="__", extra="ignore")
+
+    home: Path = Field(
+        default=Path("~/.aicenter"),
+        description="Directory holding the embedded database, the artifact store, logs and the CLI config.",
+    )
+    dev: bool = Field(default=False, description="Development mode: allows default secrets and insecure cookies.")
+    host: str = Field(default="127.0.0.1", description="Address the API and console listen on.")
+    port: int = Field(default=8000, description="Port the API and console listen on.")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db. Default: SQLite under home.",
+    )
+    db_pool_size: int = Field(default=10, description="Connections per API process (PostgreSQL only).")
+    secret_key: str | None = Field(
+        default=None,
+        description="Key that signs CSRF tokens. Default: generated once and kept in home/secret_key.",
+    )
+    admin_username: str = Field(default="admin", description="Name of the first platform admin.")
+    admin_password: str | None = Field(
+        default=None, description="Password of the first platform admin; generated and printed once if unset."
+    )
+    public_url: str | None = Field(
+        default=None, description="External URL of the server (https:// makes session cookies Secure)."
+    )
+    session_ttl_s: int = Field(default=12 * 3600, description="Lifetime of a console session, in seconds.")
+    login_token_ttl_s: int = Field(
+        default=30 * 24 * 3600, description="Lifetime of the token that `aicenter login` gets, in seconds."
+    )
+    login_max_failures: int = Field(
+        default=5, description="Failed logins allowed per user and client address within login_window_s."
+    )
+    login_window_s: int = Field(default=300, description="Window over which failed logins are counted.")
+    register_host: bool = Field(
+        default=True, description="Register this host as a node at start-up (embedded / local executor)."
+    )
+    heartbeat_s: float = Field(default=15.0, description="Interval of this host's node heartbeat, in seconds.")
+    node_lost_after_s: float = Field(
+        default=60.0, description="A node whose last heartbeat is older than this is marked not_ready."
+    )
+    token_cache_s: float = Field(
+        default=2.0,
+        description="How long a verified API token is trusted without a database read. Revocation takes "
+        "effect within this time on every replica.",
+    )
+
+    @model_validator(mode="after")
+    def _refuse_default_secrets(self) -> Settings:
+        if self.secret_key == _DEV_SECRET and not self.dev:
+            raise ValueError("AICENTER_SECRET_KEY is the development default; set a real one or AICENTER_DEV=1")
+        return self
+
+    @cached_property
+    def home_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.home_dir / 'aicenter.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+    @property
+    def secure_cookies(self) -> bool:
+        return bool(self.public_url and self.public_url.startswith("https://"))
+
+    def resolve_secret_key(self) -> str:
+        """Return the signing key: the configured one, else one generated once and kept (0600) in home."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.home_dir / "secret_key"
+        if not path.exists():
+            self.home_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(secrets.token_urlsafe(48))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+        return path.read_text().strip()

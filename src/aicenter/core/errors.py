@@ -1,0 +1,72 @@
+"""Domain errors. Each carries a stable machine-readable ``code``; the API maps them to HTTP in one handler."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AicenterError(Exception):
+    """Base of every error a person can act on. ``code`` never changes once published."""
+
+    code: ClassVar[str] = "error"
+    status: ClassVar[int] = 400
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class ValidationFailed(AicenterError):
+    """Input is malformed. ``details['field']`` names the path, e.g. ``tasks[0].resources.memory``."""
+
+    code = "validation_failed"
+    status = 422
+
+    def __init__(self, message: str, *, field: str | None = None, details: dict[str, Any] | None = None):
+        merged = dict(details or {})
+        if field is not None:
+            merged["field"] = field
+        super().__init__(f"{field}: {message}" if field else message, details=merged)
+
+
+class NotFound(AicenterError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(AicenterError):
+    code = "conflict"
+    status = 409
+
+
+class QuotaExceeded(AicenterError):
+    code = "quota_exceeded"
+    status = 409
+
+
+class Forbidden(AicenterError):
+    code = "forbidden"
+    status = 403
+
+
+class Unauthenticated(AicenterError):
+    code = "unauthenticated"
+    status = 401
+
+
+class RateLimited(AicenterError):
+    code = "rate_limited"
+    status = 429
+
+
+class InvalidState(AicenterError):
+    """A state transition that the transition table does not allow."""
+
+    code = "invalid_state"
+    status = 409
+
+
+class Unavailable(AicenterError):
+    code = "unavailable"
+    status = 503

@@ -1,0 +1,57 @@
+"""Resource quantities as people write them: ``500m`` / ``2`` cpus, ``16Gi`` / ``512M`` memory."""
+
+from __future__ import annotations
+
+import re
+
+from aicenter.core.errors import ValidationFailed
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i|[kKMGTP])?[Bb]?\s*$")
+_CPU_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m)?\s*$")
+
+
+def parse_memory(value: str | int | float, field: str = "memory") -> int:
+    """Parse a memory quantity into bytes (``16Gi`` -> 17179869184, ``512M`` -> 512000000, ``1024`` -> 1024)."""
+    if isinstance(value, bool):
+        raise ValidationFailed(f"{value!r} is not a quantity", field=field)
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValidationFailed(f"{value!r} must not be negative", field=field)
+        return int(value)
+    match = _MEM_RE.match(value)
+    if not match:
+        raise ValidationFailed(f'"{value}" is not a quantity (examples: 512Mi, 16Gi, 1T)', field=field)
+    number, unit = match.groups()
+    factor = _BINARY.get(unit or "", _DECIMAL.get(unit or "", 1))
+    return int(float(number) * factor)
+
+
+def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
+    """Parse a CPU quantity into milli-cores (``500m`` -> 500, ``2`` -> 2000, ``0.5`` -> 500)."""
+    if isinstance(value, bool):
+        raise ValidationFailed(f"{value!r} is not a quantity", field=field)
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValidationFailed(f"{value!r} must not be negative", field=field)
+        return round(value * 1000)
+    match = _CPU_RE.match(value)
+    if not match:
+        raise ValidationFailed(f'"{value}" is not a CPU quantity (examples: 500m, 2, 0.5)', field=field)
+    number, milli = match.groups()
+    return round(float(number)) if milli else round(float(number) * 1000)
+
+
+def format_memory(n_bytes: int) -> str:
+    """Format bytes in the largest binary unit that divides them evenly enough (``17179869184`` -> ``16Gi``)."""
+    for unit in ("Pi", "Ti", "Gi", "Mi", "Ki"):
+        factor = _BINARY[unit]
+        if n_bytes >= factor and n_bytes % (factor // 1024 or 1) == 0:
+            value = n_bytes / factor
+            return f"{value:g}{unit}" if value == round(value, 2) else f"{value:.2f}{unit}"
+    return str(n_bytes)
+
+
+def format_cpu(milli: int) -> str:
+    return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"

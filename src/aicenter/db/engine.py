@@ -1,0 +1,76 @@
+"""Async engine and sessions for SQLite (embedded) and PostgreSQL (production)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
+
+
+class Database:
+    """One engine plus two session factories: ``read()`` and ``write()``.
+
+    On SQLite a read-modify-write inside a deferred transaction fails with SQLITE_BUSY when another
+    connection wrote meanwhile (busy_timeout does not help there), so write sessions start with
+    ``BEGIN IMMEDIATE``: writers queue on the database lock instead of failing. Readers never block
+    writers under WAL. On PostgreSQL both factories are the same.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"timeout": 30}
+            if ":memory:" in url:
+                raise ValueError("in-memory SQLite is not supported; use a file")
+        else:
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+        write_bind = self.engine.execution_options(sqlite_immediate=True) if self.is_sqlite else self.engine
+        self._read = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._write = async_sessionmaker(write_bind, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for queries; rolled back at exit."""
+        async with self._read() as session:
+            yield session
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session in one transaction: committed if the block succeeds, rolled back if it raises."""
+        async with self._write() as session, session.begin():
+            yield session
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, emit BEGIN, so that we can choose IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def make_null_pool_engine(url: str) -> AsyncEngine:
+    """An engine that opens one connection per use, for migrations and one-off commands."""
+    return create_async_engine(url, poolclass=NullPool)

@@ -1,0 +1,22 @@
+"""Every ORM model, imported here so that ``Base.metadata`` is complete for Alembic and tests."""
+
+from aicenter.db.models.audit import AuditEvent
+from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
+from aicenter.db.models.lease import Lease
+from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
+
+__all__ = [
+    "AcceleratorType",
+    "ApiToken",
+    "AuditEvent",
+    "Lease",
+    "LoginAttempt",
+    "Membership",
+    "Node",
+    "Pool",
+    "PoolGrant",
+    "Quota",
+    "ResourceSpec",
+    "User",
+    "Workspace",
+]

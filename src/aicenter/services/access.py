@@ -1,0 +1,44 @@
+"""Authorization checks shared by every service. What an actor may not see reads as missing (404)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.core.errors import Forbidden, NotFound
+from aicenter.core.roles import WorkspaceRole
+from aicenter.db.models import Membership, Workspace
+from aicenter.services.context import Actor
+
+
+def require_platform_admin(actor: Actor, what: str = "this") -> None:
+    if not actor.is_platform_admin:
+        raise Forbidden(f"only platform admins can do {what}")
+
+
+async def workspace_role(session: AsyncSession, actor: Actor, workspace_id: int) -> WorkspaceRole | None:
+    role = await session.scalar(
+        select(Membership.role).where(Membership.workspace_id == workspace_id, Membership.user_id == actor.user_id)
+    )
+    return WorkspaceRole(role) if role else None
+
+
+async def get_visible_workspace(session: AsyncSession, actor: Actor, workspace_id: int) -> Workspace:
+    """The workspace, if the actor is a member or a platform admin; otherwise NotFound (no existence leak)."""
+    workspace = await session.get(Workspace, workspace_id)
+    if workspace is None or (
+        not actor.is_platform_admin and await workspace_role(session, actor, workspace_id) is None
+    ):
+        raise NotFound(f"workspace {workspace_id} not found")
+    return workspace
+
+
+async def require_workspace_admin(session: AsyncSession, actor: Actor, workspace_id: int) -> Workspace:
+    """The workspace, if the actor administers it (or is a platform admin). Members get Forbidden."""
+    workspace = await get_visible_workspace(session, actor, workspace_id)
+    if (
+        not actor.is_platform_admin
+        and await workspace_role(session, actor, workspace_id) != WorkspaceRole.WORKSPACE_ADMIN
+    ):
+        raise Forbidden(f"only admins of workspace {workspace.name} can do this")
+    return workspace

@@ -1,0 +1,266 @@
+"""Passwords, API tokens, console sessions and login with rate limiting.
+
+Token format: ``aic_<id>_<secret>``. The id finds the row by primary key; only sha256(secret) is stored.
+A fast hash is right here (unlike passwords): the secret has 256 bits of entropy, so it cannot be guessed
+offline, and verifying must cost microseconds on every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import AicenterError, Forbidden, NotFound, RateLimited, Unauthenticated, ValidationFailed
+from aicenter.core.names import check_text
+from aicenter.core.roles import TokenKind, UserState
+from aicenter.db.models import ApiToken, LoginAttempt, User
+from aicenter.services import audit
+from aicenter.services.context import Actor
+
+TOKEN_PREFIX = "aic_"  # noqa: S105 - a prefix, not a secret
+_hasher = PasswordHasher()
+# Verified against when the user does not exist, so that timing does not reveal which user names exist.
+_DUMMY_HASH = _hasher.hash("not-a-password")
+
+
+def hash_password(password: str) -> str:
+    check_password_strength(password)
+    return _hasher.hash(password)
+
+
+def check_password_strength(password: str) -> None:
+    if len(password) < 8:
+        raise ValidationFailed("must be at least 8 characters long", field="password")
+    if len(password) > 256:
+        raise ValidationFailed("must be at most 256 characters long", field="password")
+
+
+def verify_password(password_hash: str | None, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _split_token(raw: str) -> tuple[int, str] | None:
+    if not raw.startswith(TOKEN_PREFIX):
+        return None
+    ident, _, secret = raw[len(TOKEN_PREFIX) :].partition("_")
+    if not ident.isdigit() or not secret:
+        return None
+    return int(ident), secret
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token row and its secret, which exists only in this object and is shown to the user once."""
+
+    token: ApiToken
+    secret: str
+
+
+async def issue_token(
+    session: AsyncSession, user: User, *, name: str, kind: TokenKind, ttl_s: float | None
+) -> IssuedToken:
+    now = utcnow()
+    secret = secrets.token_urlsafe(32)
+    row = ApiToken(
+        user_id=user.id,
+        name=name,
+        kind=kind.value,
+        secret_hash=_hash_secret(secret),
+        created_at=now,
+        expires_at=now + timedelta(seconds=ttl_s) if ttl_s else None,
+    )
+    session.add(row)
+    await session.flush()
+    return IssuedToken(row, f"{TOKEN_PREFIX}{row.id}_{secret}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    user_id: int
+    username: str
+    is_platform_admin: bool
+    token_id: int
+    kind: str
+    valid_until: float  # monotonic
+
+
+class TokenVerifier:
+    """Checks bearer tokens, keeping verified ones for ``cache_s`` seconds to spare a database read per request.
+
+    Revocation, freezing and expiry therefore take effect within ``cache_s`` on every replica; 0 disables it.
+    """
+
+    def __init__(self, cache_s: float) -> None:
+        self.cache_s = cache_s
+        self._cache: dict[str, _Cached] = {}
+
+    def forget(self, token_id: int | None = None) -> None:
+        """Drop cached entries (of one token, or all): called when this replica revokes or freezes."""
+        if token_id is None:
+            self._cache.clear()
+        else:
+            self._cache = {k: v for k, v in self._cache.items() if v.token_id != token_id}
+
+    async def verify(self, session: AsyncSession, raw: str) -> tuple[Actor, str]:
+        """Return the actor and the token kind, or raise Unauthenticated."""
+        now_mono = time.monotonic()
+        cached = self._cache.get(raw)
+        if cached is not None and cached.valid_until > now_mono:
+            return Actor(cached.user_id, cached.username, cached.is_platform_admin, cached.token_id), cached.kind
+        parts = _split_token(raw)
+        if parts is None:
+            raise Unauthenticated("the token is malformed; create a new one with `aicenter login`")
+        token_id, secret = parts
+        row = (
+            await session.execute(
+                select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id)
+            )
+        ).first()
+        if row is None or not hmac.compare_digest(row[0].secret_hash, _hash_secret(secret)):
+            raise Unauthenticated("the token is not valid")
+        token, user = row
+        now = utcnow()
+        if token.revoked_at is not None:
+            raise Unauthenticated("the token was revoked")
+        if token.expires_at is not None and token.expires_at <= now:
+            raise Unauthenticated("the token has expired; log in again")
+        if user.state != UserState.ACTIVE:
+            raise Unauthenticated("the account is frozen; ask a platform admin")
+        if self.cache_s > 0:
+            if len(self._cache) > 50_000:  # bound memory; a rare full reset costs one read per active token
+                self._cache.clear()
+            valid = min(self.cache_s, (token.expires_at - now).total_seconds()) if token.expires_at else self.cache_s
+            self._cache[raw] = _Cached(
+                user.id, user.username, user.is_platform_admin, token.id, token.kind, now_mono + valid
+            )
+        return Actor(user.id, user.username, user.is_platform_admin, token.id), token.kind
+
+
+async def touch_token(session: AsyncSession, token_id: int, *, every_s: float = 300) -> None:
+    """Record last use, at most once per ``every_s``, so that reads do not turn into writes."""
+    now = utcnow()
+    await session.execute(
+        update(ApiToken)
+        .where(
+            ApiToken.id == token_id,
+            or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at < now - timedelta(seconds=every_s)),
+        )
+        .values(last_used_at=now)
+    )
+
+
+async def login(
+    session: AsyncSession,
+    *,
+    username: str,
+    password: str,
+    address: str,
+    max_failures: int,
+    window_s: int,
+    kind: TokenKind,
+    ttl_s: float,
+    token_name: str,
+) -> tuple[User, IssuedToken] | AicenterError:
+    """Check a password and issue a login (CLI) or session (console) token.
+
+    A wrong password is *returned* as an error, not raised: the caller commits the recorded failure and
+    then raises it (raising here would roll the record back). RateLimited follows ``max_failures`` failures
+    within ``window_s`` for this user name; a failure is recorded even for unknown users, so guessing
+    names is limited too.
+    """
+    now = utcnow()
+    since = now - timedelta(seconds=window_s)
+    failures = await session.scalar(
+        select(func.count())
+        .select_from(LoginAttempt)
+        .where(LoginAttempt.at >= since, or_(LoginAttempt.username == username, LoginAttempt.address == address))
+    )
+    # The address limit is wider: many people may share one NAT address.
+    by_user = await session.scalar(
+        select(func.count())
+        .select_from(LoginAttempt)
+        .where(LoginAttempt.at >= since, LoginAttempt.username == username)
+    )
+    if (by_user or 0) >= max_failures or (failures or 0) >= max_failures * 4:
+        raise RateLimited(
+            f"too many failed logins; try again in {window_s // 60} minutes",
+            details={"retry_after_s": window_s},
+        )
+    user = await session.scalar(select(User).where(User.username == username))
+    if user is None or not verify_password(user.password_hash, password):
+        session.add(LoginAttempt(username=username[:64], address=address[:64], at=now))
+        return Unauthenticated("wrong user name or password")
+    if user.state != UserState.ACTIVE:
+        raise Forbidden("the account is frozen; ask a platform admin")
+    await session.execute(delete(LoginAttempt).where(LoginAttempt.username == username, LoginAttempt.at < since))
+    issued = await issue_token(session, user, name=token_name, kind=kind, ttl_s=ttl_s)
+    actor = Actor(user.id, user.username, user.is_platform_admin, issued.token.id, client_address=address)
+    audit.record(session, actor, f"auth.{kind.value}", "user", user.id)
+    return user, issued
+
+
+async def logout(session: AsyncSession, actor: Actor) -> None:
+    """Revoke the token or session the actor used."""
+    if actor.token_id is None:
+        return
+    await session.execute(update(ApiToken).where(ApiToken.id == actor.token_id).values(revoked_at=utcnow()))
+    audit.record(session, actor, "auth.logout", "token", actor.token_id)
+
+
+async def create_api_token(
+    session: AsyncSession, actor: Actor, *, name: str, expires_at: datetime | None
+) -> IssuedToken:
+    check_text(name, "name", 128)
+    if not name.strip():
+        raise ValidationFailed("must not be empty", field="name")
+    now = utcnow()
+    if expires_at is not None and expires_at <= now:
+        raise ValidationFailed("must be in the future", field="expires_at")
+    user = await session.get(User, actor.user_id)
+    if user is None:
+        raise Unauthenticated("the user no longer exists")
+    ttl = (expires_at - now).total_seconds() if expires_at else None
+    issued = await issue_token(session, user, name=name, kind=TokenKind.API, ttl_s=ttl)
+    audit.record(session, actor, "token.create", "token", issued.token.id, details={"name": name})
+    return issued
+
+
+async def list_tokens(session: AsyncSession, actor: Actor, *, include_revoked: bool = False) -> list[ApiToken]:
+    """The actor's own tokens (never their secrets), newest first; console sessions are not listed."""
+    stmt = select(ApiToken).where(ApiToken.user_id == actor.user_id, ApiToken.kind != TokenKind.SESSION.value)
+    if not include_revoked:
+        stmt = stmt.where(ApiToken.revoked_at.is_(None))
+    return list((await session.scalars(stmt.order_by(ApiToken.id.desc()))).all())
+
+
+async def revoke_token(session: AsyncSession, actor: Actor, token_id: int) -> ApiToken:
+    token = await session.get(ApiToken, token_id)
+    # Another user's token reads as missing: no existence leak.
+    if token is None or (token.user_id != actor.user_id and not actor.is_platform_admin):
+        raise NotFound(f"token {token_id} not found")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        audit.record(session, actor, "token.revoke", "token", token.id, details={"name": token.name})
+    return token
+
+
+def csrf_token(secret_key: str, session_token_id: int) -> str:
+    """The CSRF token bound to one console session (HMAC, so no server-side storage)."""
+    return hmac.new(secret_key.encode(), f"csrf:{session_token_id}".encode(), hashlib.sha256).hexdigest()

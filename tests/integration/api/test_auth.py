@@ -1,0 +1,60 @@
+"""Login, tokens and the signed-in user, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import httpx
+
+from aicenter.db.engine import Database
+from tests.factories import admin_login, make_user
+
+
+async def test_login_me_and_logout(client: httpx.AsyncClient) -> None:
+    admin = await admin_login(client)
+    me = await client.get("/api/v1/users/me", headers=admin.headers)
+    assert me.status_code == 200
+    assert me.json()["is_platform_admin"] is True
+    assert me.headers["x-request-id"]
+    assert (await client.post("/api/v1/auth/logout", headers=admin.headers)).status_code == 204
+    again = await client.get("/api/v1/users/me", headers=admin.headers)
+    assert again.status_code == 401
+    assert again.json()["error"]["code"] == "unauthenticated"
+
+
+async def test_wrong_password_is_rate_limited(client: httpx.AsyncClient, db: Database) -> None:
+    await make_user(db, client, "alice")
+    for _ in range(5):
+        r = await client.post("/api/v1/auth/login", json={"username": "alice", "password": "wrong-password"})
+        assert r.status_code == 401
+    r = await client.post("/api/v1/auth/login", json={"username": "alice", "password": "user-password-1"})
+    assert r.status_code == 429
+    assert r.json()["error"]["code"] == "rate_limited"
+
+
+async def test_token_shown_once_then_revoked(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    created = await client.post("/api/v1/tokens", json={"name": "ci"}, headers=alice.headers)
+    assert created.status_code == 201
+    secret = created.json()["token"]
+    listed = await client.get("/api/v1/tokens", headers=alice.headers)
+    assert all("token" not in t and "secret_hash" not in t for t in listed.json())
+    use = await client.get("/api/v1/users/me", headers={"Authorization": f"Bearer {secret}"})
+    assert use.json()["username"] == "alice"
+    revoke = await client.delete(f"/api/v1/tokens/{created.json()['id']}", headers=alice.headers)
+    assert revoke.status_code == 204
+    use = await client.get("/api/v1/users/me", headers={"Authorization": f"Bearer {secret}"})
+    assert use.status_code == 401
+
+
+async def test_other_users_token_reads_as_missing(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    bob = await make_user(db, client, "bob")
+    created = await client.post("/api/v1/tokens", json={"name": "x"}, headers=alice.headers)
+    r = await client.delete(f"/api/v1/tokens/{created.json()['id']}", headers=bob.headers)
+    assert r.status_code == 404
+
+
+async def test_unknown_field_is_refused(client: httpx.AsyncClient) -> None:
+    admin = await admin_login(client)
+    r = await client.post("/api/v1/tokens", json={"name": "x", "expires": "soon"}, headers=admin.headers)
+    assert r.status_code == 422
+    assert r.json()["error"]["details"]["field"] == "expires"
