@@ -14,6 +14,7 @@ from aicenter.api.errors import install_error_handlers
 from aicenter.api.middleware import RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
+from aicenter.controllers import heartbeat
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
@@ -24,7 +25,7 @@ from aicenter.web import install as install_console
 log = logging.getLogger("aicenter")
 
 # Functions that build this process's controllers from the context; areas register theirs here.
-CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = []
+CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [heartbeat.build]
 
 
 def create_app(

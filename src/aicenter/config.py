@@ -9,7 +9,8 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_DEV_SECRET = "dev-insecure-secret-key"  # noqa: S105 - the default that production refuses
+# Well-known values that must never sign anything outside development.
+_KNOWN_WEAK_SECRETS = frozenset({"secret", "changeme", "change-me", "dev", "development", "aicenter"})
 
 
 class Settings(BaseSettings):
@@ -62,9 +63,16 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
-    def _refuse_default_secrets(self) -> Settings:
-        if self.secret_key == _DEV_SECRET and not self.dev:
-            raise ValueError("AICENTER_SECRET_KEY is the development default; set a real one or AICENTER_DEV=1")
+    def _refuse_weak_secrets(self) -> Settings:
+        if self.dev:
+            return self
+        if self.secret_key is not None and (len(self.secret_key) < 16 or self.secret_key in _KNOWN_WEAK_SECRETS):
+            raise ValueError(
+                "AICENTER_SECRET_KEY is too weak (at least 16 characters); unset it to have one generated, "
+                "or set AICENTER_DEV=1 for development"
+            )
+        if self.admin_password is not None and self.admin_password.lower() in {"admin", "password", "changeme"}:
+            raise ValueError("AICENTER_ADMIN_PASSWORD is a well-known default; choose another or set AICENTER_DEV=1")
         return self
 
     @cached_property

@@ -16,7 +16,7 @@ def check_name(value: str, field: str = "name") -> str:
         raise ValidationFailed("must not be empty", field=field)
     if len(value) > 64:
         raise ValidationFailed(f"is {len(value)} characters long; the limit is 64", field=field)
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):  # fullmatch: "$" would accept a trailing newline
         raise ValidationFailed(
             f'"{value}" is not a valid name: use lower-case letters, digits, ".", "_" and "-", '
             "starting and ending with a letter or digit",
@@ -30,7 +30,7 @@ def check_username(value: str, field: str = "username") -> str:
         raise ValidationFailed("must not be empty", field=field)
     if len(value) > 64:
         raise ValidationFailed(f"is {len(value)} characters long; the limit is 64", field=field)
-    if not USERNAME_RE.match(value):
+    if not USERNAME_RE.fullmatch(value):
         raise ValidationFailed(
             f'"{value}" is not a valid user name: use letters, digits, ".", "_" and "-"', field=field
         )

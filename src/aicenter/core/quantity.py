@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from aicenter.core.errors import ValidationFailed
@@ -12,6 +13,13 @@ _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i|[kKMGTP])?[Bb]?\s*$")
 _CPU_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m)?\s*$")
 
 
+def _finite(number: float, given: object, field: str) -> float:
+    """JSON may carry NaN or Infinity, and "9" * 400 overflows a float: a 422, not a crash in int()."""
+    if not math.isfinite(number):
+        raise ValidationFailed(f"{given!r} is not a finite quantity", field=field)
+    return number
+
+
 def parse_memory(value: str | int | float, field: str = "memory") -> int:
     """Parse a memory quantity into bytes (``16Gi`` -> 17179869184, ``512M`` -> 512000000, ``1024`` -> 1024)."""
     if isinstance(value, bool):
@@ -19,13 +27,13 @@ def parse_memory(value: str | int | float, field: str = "memory") -> int:
     if isinstance(value, int | float):
         if value < 0:
             raise ValidationFailed(f"{value!r} must not be negative", field=field)
-        return int(value)
+        return value if isinstance(value, int) else int(_finite(value, value, field))
     match = _MEM_RE.match(value)
     if not match:
         raise ValidationFailed(f'"{value}" is not a quantity (examples: 512Mi, 16Gi, 1T)', field=field)
     number, unit = match.groups()
     factor = _BINARY.get(unit or "", _DECIMAL.get(unit or "", 1))
-    return int(float(number) * factor)
+    return int(_finite(float(number) * factor, value, field))
 
 
 def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
@@ -35,12 +43,12 @@ def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
     if isinstance(value, int | float):
         if value < 0:
             raise ValidationFailed(f"{value!r} must not be negative", field=field)
-        return round(value * 1000)
+        return value * 1000 if isinstance(value, int) else round(_finite(value * 1000, value, field))
     match = _CPU_RE.match(value)
     if not match:
         raise ValidationFailed(f'"{value}" is not a CPU quantity (examples: 500m, 2, 0.5)', field=field)
     number, milli = match.groups()
-    return round(float(number)) if milli else round(float(number) * 1000)
+    return round(_finite(float(number) if milli else float(number) * 1000, value, field))
 
 
 def format_memory(n_bytes: int) -> str:

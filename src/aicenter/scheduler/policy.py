@@ -6,6 +6,7 @@ the field path (``ValidationFailed.details['field']``), e.g. ``las_thresholds[1]
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,9 +79,10 @@ class PolicyConfig(BaseModel):
         default=(), description="FGD's task-size distribution; empty = learned from the jobs the scheduler sees."
     )
     fgd_candidates: int = Field(
-        default=256,
+        default=64,
         ge=1,
-        description="FGD scores at most this many of the tightest feasible devices (cost ~1 us each).",
+        description="FGD scores at most this many partly used nodes, the tightest (plus a few with only whole "
+        "devices free). 64 keeps a 10,000-node cycle under 0.5 s; the fgd policy uses 1024 for quality.",
     )
     topology: bool = Field(default=True, description="Keep a gang on one node, NVLink domain, leaf, spine.")
     topology_limit: Literal["none", "leaf", "spine"] = Field(
@@ -104,7 +106,7 @@ class PolicyConfig(BaseModel):
     @field_validator("las_thresholds")
     @classmethod
     def _increasing(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        if any(b <= a for a, b in zip(v, v[1:], strict=False)) or any(x <= 0 for x in v):
+        if any(b <= a for a, b in itertools.pairwise(v)) or any(x <= 0 for x in v):
             raise ValueError("thresholds must be positive and increasing")
         return v
 
@@ -131,6 +133,8 @@ class PolicyConfig(BaseModel):
         Raises:
             ValidationFailed: Naming the first bad field's path.
         """
+        if isinstance(doc, str):  # a bare word: a built-in name
+            return cls.builtin(doc)
         if not isinstance(doc, Mapping):
             raise ValidationFailed("a policy document is a mapping", field="policy")
         data = dict(doc)
@@ -227,6 +231,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "cache_affinity": False,
     },
     "fgd": {
+        "fgd_candidates": 1024,
         "queue_order": "fifo",
         "backfill": "greedy",
         "preemption": False,

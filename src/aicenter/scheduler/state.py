@@ -10,7 +10,7 @@ The state is not thread safe: one scheduler cycle at a time owns it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
@@ -63,6 +63,10 @@ class ClusterState:
         """Job id -> running job record."""
         self.usage: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         """(workspace, pool) -> resource -> amount held by running jobs."""
+        self.priorities: Counter[int] = Counter()
+        """Priority -> running jobs (lets preemption skip at once when nobody ranks lower)."""
+        self.user_jobs: Counter[tuple[str, str]] = Counter()
+        """(workspace, user) -> running jobs (round robin)."""
         self._nodes: list[Node] = []
         self._build(list(nodes))
 
@@ -75,6 +79,7 @@ class ClusterState:
         old_running = list(self.running.values())
         self._nodes = nodes
         self.index: dict[str, int] = {n.name: i for i, n in enumerate(nodes)}
+        self.names: list[str] = [n.name for n in nodes]
         n = len(nodes)
         d = max((len(x.devices) for x in nodes), default=0)
         self.max_devices = d
@@ -94,6 +99,7 @@ class ClusterState:
         self.dev_mem_cap = np.zeros((n, d), dtype=np.int64)
         self.dev_mem_free = np.zeros((n, d), dtype=np.int64)
         self.dev_domain = np.full((n, d), -1, dtype=np.int64)
+        self.dev_idx = np.full((n, d), -1, dtype=np.int64)
         self.node_pool = np.array([self.pool_id[x.pool] for x in nodes], dtype=np.int64)
         self.leaf_of = np.zeros(n, dtype=np.int64)
         self.spine_of = np.zeros(n, dtype=np.int64)
@@ -115,6 +121,7 @@ class ClusterState:
             domains: dict[str, int] = {}
             for j, dev in enumerate(x.devices):
                 self.dev_exists[i, j] = True
+                self.dev_idx[i, j] = dev.index
                 self.dev_type[i, j] = self.type_id[dev.type]
                 self.dev_free[i, j] = FULL_MILLI
                 self.dev_mem_cap[i, j] = dev.memory_mib
@@ -127,7 +134,12 @@ class ClusterState:
         self.full_free = np.zeros((n, max(1, len(self.types))), dtype=np.int64)
         for t in range(len(self.types)):
             self.full_free[:, t] = ((self.dev_type == t) & (self.dev_free == FULL_MILLI)).sum(axis=1)
-        self.full_free_all = self.full_free.sum(axis=1)
+        self.full_free_all: IntArray = self.full_free.sum(axis=1)
+        # max_partial[i]: the most free on a partly used device of node i (0 if none); finds devices for
+        # fractions without scanning every device (most devices are either whole or full).
+        self.max_partial = np.zeros(n, dtype=np.int64)
+        for i in range(n):
+            self._update_partial(i)
         self.dev_count = self.dev_exists.sum(axis=1)
         self.ready = np.array([x.state == "ready" for x in nodes], dtype=bool)
         self.epoch = np.zeros(n, dtype=np.int64)
@@ -140,9 +152,13 @@ class ClusterState:
             for ds in c:
                 self.cache_holders[ds].add(i)
         self.node_jobs: list[dict[str, None]] = [{} for _ in nodes]
+        self._demand: dict[str, Mapping[str, float]] = {}
+        self.dev_index: list[list[int]] = [[dev.index for dev in x.devices] for x in nodes]
         self._pool_masks: dict[str, BoolArray] = {}
         self.running = {}
         self.usage = defaultdict(lambda: defaultdict(float))
+        self.priorities = Counter()
+        self.user_jobs = Counter()
         for rj in old_running:
             if all(p.node in self.index for p in rj.placements):
                 self.allocate(rj.job, rj.placements, rj.started_at, by_preemption=rj.by_preemption)
@@ -175,7 +191,7 @@ class ClusterState:
 
     def set_node_state(self, name: str, state: NodeStatus) -> None:
         """Mark a node ready, cordoned or down. Jobs on it keep running until the caller releases them."""
-        i = self.index[name] if name in self.index else -1
+        i = self.index.get(name, -1)
         if i < 0:
             raise NotFound(f"node {name!r} not found")
         self._nodes[i] = replace(self._nodes[i], state=state)
@@ -209,6 +225,9 @@ class ClusterState:
     def _snapshot_nodes(self) -> list[Node]:
         return [replace(x, cached=dict(self.cached[i])) for i, x in enumerate(self._nodes)]
 
+    def _update_partial(self, i: int) -> None:
+        self.max_partial[i] = max((v for v in self.dev_free[i].tolist() if v < FULL_MILLI), default=0)
+
     # ----- allocation ---------------------------------------------------------------------------------------
     def take(self, i: int, cols: Iterable[int], milli: int, dev_mem: int, cpu: int, mem: int) -> None:
         """Low level: take capacity on node ``i`` (device columns, not device indexes). No checks."""
@@ -221,6 +240,8 @@ class ClusterState:
                 self.full_free_all[i] -= 1
             self.dev_free[i, j] -= milli
             self.dev_mem_free[i, j] -= self.dev_mem_cap[i, j] if milli == FULL_MILLI else dev_mem
+        if milli != FULL_MILLI:
+            self._update_partial(i)
         self.epoch[i] += 1
 
     def give(self, i: int, cols: Iterable[int], milli: int, dev_mem: int, cpu: int, mem: int) -> None:
@@ -234,6 +255,8 @@ class ClusterState:
                 t = self.dev_type[i, j]
                 self.full_free[i, t] += 1
                 self.full_free_all[i] += 1
+        if milli != FULL_MILLI:
+            self._update_partial(i)
         self.epoch[i] += 1
 
     def _apply(self, job: Job, placements: Iterable[ReplicaPlacement], sign: int) -> None:
@@ -249,7 +272,13 @@ class ClusterState:
                 self.give(i, cols, milli, r.accelerator_memory_mib, r.cpu_milli, r.memory_mib)
 
     def allocate(
-        self, job: Job, placements: Iterable[ReplicaPlacement], now: float, *, by_preemption: bool = False
+        self,
+        job: Job,
+        placements: Iterable[ReplicaPlacement],
+        now: float,
+        *,
+        by_preemption: bool = False,
+        demand: Mapping[str, float] | None = None,
     ) -> RunningJob:
         """Hold resources for a started job.
 
@@ -258,6 +287,7 @@ class ClusterState:
             placements: Where its replicas run.
             now: Start time.
             by_preemption: Whether others were evicted for it (anti-thrash protection).
+            demand: Its ``placed_demand`` when the caller already has it (saves recomputing).
 
         Returns:
             The running-job record.
@@ -297,7 +327,12 @@ class ClusterState:
         self.running[job.id] = rj
         for i in {self.index[p.node] for p in placements}:
             self.node_jobs[i][job.id] = None
-        self._charge(job, placements, +1)
+        if demand is None:
+            demand = self.placed_demand(job, placements)
+        self._demand[job.id] = demand
+        self._charge(job, demand, +1)
+        self.priorities[job.priority] += 1
+        self.user_jobs[(job.workspace, job.user)] += 1
         return rj
 
     def release(self, job_id: str) -> RunningJob:
@@ -312,16 +347,20 @@ class ClusterState:
         self._apply(rj.job, rj.placements, -1)
         for i in {self.index[p.node] for p in rj.placements}:
             self.node_jobs[i].pop(job_id, None)
-        self._charge(rj.job, rj.placements, -1)
+        self._charge(rj.job, self._demand.pop(job_id), -1)
+        self.priorities[rj.job.priority] -= 1
+        if not self.priorities[rj.job.priority]:
+            del self.priorities[rj.job.priority]
+        self.user_jobs[(rj.job.workspace, rj.job.user)] -= 1
         return rj
 
     def restore(self, rj: RunningJob) -> None:
         """Re-allocate a record returned by ``release`` (used to undo what-if releases)."""
         self.allocate(rj.job, rj.placements, rj.started_at, by_preemption=rj.by_preemption)
 
-    def _charge(self, job: Job, placements: tuple[ReplicaPlacement, ...], sign: int) -> None:
+    def _charge(self, job: Job, demand: Mapping[str, float], sign: int) -> None:
         u = self.usage[(job.workspace, job.pool)]
-        for k, v in self.placed_demand(job, placements).items():
+        for k, v in demand.items():
             u[k] += sign * v
 
     def placed_demand(self, job: Job, placements: Iterable[ReplicaPlacement]) -> dict[str, float]:
@@ -404,3 +443,5 @@ class ClusterState:
             ff = ((self.dev_type == t) & (self.dev_free == FULL_MILLI)).sum(axis=1)
             assert (ff == self.full_free[:, t]).all(), "full_free index out of date"
         assert (self.full_free.sum(axis=1) == self.full_free_all).all()
+        mp = np.where(self.dev_free < FULL_MILLI, self.dev_free, 0).max(axis=1, initial=0)
+        assert (mp == self.max_partial).all(), "max_partial index out of date"

@@ -8,7 +8,7 @@ then one spine, then anywhere. Per-leaf and per-spine capacity is a ``bincount``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +50,7 @@ def _fill(nodes: IntArray, cap: IntArray, k: int) -> list[tuple[int, int]]:
     return out
 
 
-def _pick_group(group_cap: npt.NDArray[np.float64], k: int, strategy: Strategy) -> int:
+def _pick_group(group_cap: npt.NDArray[Any], k: int, strategy: Strategy) -> int:
     """Among groups that fit k, the tightest (binpack) or the roomiest (spread)."""
     ok = np.flatnonzero(group_cap >= k)
     if strategy == "spread":
@@ -95,9 +95,8 @@ def choose_nodes(
         else:
             i = int(whole[np.argmin(cap[whole])])
         return NodeChoice([(i, k)], "node")
-    if not topology:
-        if limit == "none":
-            return NodeChoice(_fill(cand, cap, k), "cluster")
+    if not topology and limit == "none":
+        return NodeChoice(_fill(cand, cap, k), "cluster")
     leaf_cap = np.bincount(state.leaf_of[cand], weights=ccap, minlength=len(state.leaf_names))
     if leaf_cap.max() >= k:
         leaf = _pick_group(leaf_cap, k, strategy)
@@ -114,7 +113,7 @@ def choose_nodes(
 
 
 def _fill_by_leaf(
-    state: ClusterState, nodes: IntArray, cap: IntArray, leaf_cap: npt.NDArray[np.float64], k: int
+    state: ClusterState, nodes: IntArray, cap: IntArray, leaf_cap: npt.NDArray[Any], k: int
 ) -> list[tuple[int, int]]:
     """Fill the roomiest leaves first so the gang spans as few leaves as possible."""
     key = -leaf_cap[state.leaf_of[nodes]] * 1e6 - cap[nodes]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
-from aicenter.core.errors import Forbidden
+from aicenter.core.errors import Forbidden, ValidationFailed
 from aicenter.db.models import AuditEvent
 from aicenter.db.pagination import Page, paginate
 from aicenter.services.context import Actor
@@ -59,9 +59,22 @@ async def list_events(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Page[AuditEvent]:
-    """Newest first. Platform admins only."""
+    """Audit events, newest first (platform admins only).
+
+    Every filter is optional. ``action`` matches exactly, or as a prefix when it ends in ``.`` (``user.``
+    finds ``user.create``, ``user.freeze``, ...). ``since`` is inclusive, ``until`` exclusive; times without
+    a zone are taken as UTC.
+
+    Raises:
+        Forbidden: the actor is not a platform admin.
+        ValidationFailed: ``until`` is not after ``since``.
+    """
     if not actor.is_platform_admin:
         raise Forbidden("only platform admins can read the audit log")
+    since = _as_utc(since)
+    until = _as_utc(until)
+    if since is not None and until is not None and until <= since:
+        raise ValidationFailed("must be after since", field="until")
     stmt = select(AuditEvent)
     if actor_name:
         stmt = stmt.where(AuditEvent.actor_name == actor_name)
@@ -78,3 +91,9 @@ async def list_events(
     if until:
         stmt = stmt.where(AuditEvent.at < until)
     return await paginate(session, stmt, AuditEvent.id, limit=limit, cursor=cursor, descending=True)
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)

@@ -1,18 +1,57 @@
-"""Users, workspaces, members and quotas."""
+"""Users and workspaces. Members live in services/members.py, quotas in services/quotas.py.
+
+Who may do what: platform admins manage users and create or delete workspaces; workspace admins rename their
+workspace and manage its members; every user edits their own profile and password. What an actor may not see
+reads as missing (see services/access.py).
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Select, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.core.errors import Conflict
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import AicenterError, Conflict, Forbidden, NotFound, RateLimited, ValidationFailed
 from aicenter.core.names import check_name, check_text, check_username
-from aicenter.core.roles import WorkspaceRole
-from aicenter.db.models import Membership, Pool, PoolGrant, User, Workspace
+from aicenter.core.roles import TokenKind, UserState, WorkspaceRole
+from aicenter.db.models import ApiToken, LoginAttempt, Membership, Pool, PoolGrant, User, Workspace
+from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
-from aicenter.services.access import require_platform_admin
-from aicenter.services.auth import hash_password
+from aicenter.services.access import get_visible_workspace, require_platform_admin, require_workspace_admin
+from aicenter.services.auth import check_password_strength, hash_password, verify_password
 from aicenter.services.context import Actor
+
+# Deliberately loose: the only reliable check of an address is a mail to it; this catches typos like "a.b.c".
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# Tokens that stand for "a person signed in": revoked when the account is frozen or its password changes.
+# API tokens survive (they are the user's own named credentials) but are refused while the user is frozen.
+_SIGN_IN_KINDS = (TokenKind.SESSION.value, TokenKind.LOGIN.value)
+
+
+# --- users -------------------------------------------------------------------------------------------------
+
+
+def _check_email(email: str | None, field: str = "email") -> str | None:
+    """Return the address to store: None for an empty one."""
+    if email is None or not email.strip():
+        return None
+    email = email.strip()
+    check_text(email, field, 256)
+    if not _EMAIL_RE.match(email):
+        raise ValidationFailed(f'"{email}" is not an e-mail address', field=field)
+    return email
+
+
+def _check_password(password: str, field: str) -> None:
+    try:
+        check_password_strength(password)
+    except ValidationFailed as exc:
+        raise ValidationFailed(exc.message.removeprefix("password: "), field=field) from None
 
 
 async def create_user(
@@ -26,10 +65,19 @@ async def create_user(
     is_platform_admin: bool = False,
     with_default_workspace: bool = True,
 ) -> User:
-    """Create a user and, unless told otherwise, a personal default workspace named after them."""
+    """Create a user and, unless told otherwise, a personal default workspace named after them.
+
+    Raises:
+        Forbidden: the actor is not a platform admin.
+        ValidationFailed: a malformed user name, display name, e-mail address or a weak password.
+        Conflict: the user name is taken (``details.field == "username"``).
+    """
     require_platform_admin(actor, "user creation")
     check_username(username)
     check_text(display_name, "display_name", 128)
+    email = _check_email(email)
+    if password is not None:
+        _check_password(password, "password")
     if await session.scalar(select(User.id).where(User.username == username)) is not None:
         raise Conflict(f'a user named "{username}" already exists', details={"field": "username"})
     user = User(
@@ -41,7 +89,14 @@ async def create_user(
     )
     session.add(user)
     await session.flush()
-    audit.record(session, actor, "user.create", "user", user.id, details={"username": username})
+    audit.record(
+        session,
+        actor,
+        "user.create",
+        "user",
+        user.id,
+        details={"username": username, "is_platform_admin": is_platform_admin},
+    )
     if with_default_workspace:
         name = await _free_workspace_name(session, username.lower().replace("_", "-"))
         workspace = await create_workspace(session, actor, name=name, admin=user)
@@ -58,13 +113,277 @@ async def _free_workspace_name(session: AsyncSession, base: str) -> str:
     return name
 
 
+async def list_users(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+    username: str | None = None,
+    state: UserState | None = None,
+    q: str | None = None,
+) -> Page[User]:
+    """Users in creation order (platform admins only); ``q`` matches a prefix of the user or display name."""
+    require_platform_admin(actor, "listing users")
+    stmt = select(User)
+    if username:
+        stmt = stmt.where(User.username == username)
+    if state is not None:
+        stmt = stmt.where(User.state == state.value)
+    if q:
+        # Escaped, so that "a_b" is not a pattern; lower() on both sides: case-insensitive on both backends.
+        pattern = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(
+            or_(
+                func.lower(User.username).like(pattern, escape="\\"),
+                func.lower(User.display_name).like(pattern, escape="\\"),
+            )
+        )
+    return await paginate(session, stmt, User.id, limit=limit, cursor=cursor)
+
+
+async def get_user(session: AsyncSession, actor: Actor, user_id: int) -> User:
+    """A user by id (platform admins only)."""
+    require_platform_admin(actor, "reading other users")
+    user = await session.get(User, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id} not found")
+    return user
+
+
+async def _ensure_another_admin(session: AsyncSession, user: User, doing: str) -> None:
+    """Refuse to leave the platform without an active platform admin (nobody could then undo it)."""
+    # FOR UPDATE on PostgreSQL: two admins demoting each other at once must not both succeed.
+    # SQLite needs no lock: write transactions there are serialized by BEGIN IMMEDIATE.
+    others = await session.scalars(
+        select(User.id)
+        .where(User.is_platform_admin.is_(True), User.state == UserState.ACTIVE.value, User.id != user.id)
+        .with_for_update()
+    )
+    if not others.first():
+        raise Conflict(f"cannot {doing} {user.username}: they are the last active platform admin")
+
+
+async def _revoke_sign_ins(session: AsyncSession, user_id: int, *, keep_token_id: int | None = None) -> int:
+    """Revoke the user's console sessions and CLI logins (all but ``keep_token_id``); return how many."""
+    stmt = update(ApiToken).where(
+        ApiToken.user_id == user_id, ApiToken.kind.in_(_SIGN_IN_KINDS), ApiToken.revoked_at.is_(None)
+    )
+    if keep_token_id is not None:
+        stmt = stmt.where(ApiToken.id != keep_token_id)
+    result = await session.execute(stmt.values(revoked_at=utcnow()))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def update_user(
+    session: AsyncSession,
+    actor: Actor,
+    user_id: int,
+    *,
+    display_name: str | None = None,
+    email: str | None = None,
+    is_platform_admin: bool | None = None,
+    password: str | None = None,
+) -> User:
+    """Change a user (platform admins only). ``None`` leaves a field as it is; ``email=""`` clears it.
+
+    Setting a password revokes the user's console sessions and CLI logins, so whoever knew the old one is out.
+
+    Raises:
+        Conflict: the change would leave no active platform admin.
+    """
+    user = await get_user(session, actor, user_id)
+    changed: list[str] = []
+    if display_name is not None:
+        check_text(display_name, "display_name", 128)
+        user.display_name = display_name or user.username
+        changed.append("display_name")
+    if email is not None:
+        user.email = _check_email(email)
+        changed.append("email")
+    if password is not None:
+        _check_password(password, "password")
+    if is_platform_admin is not None and is_platform_admin != user.is_platform_admin:
+        if not is_platform_admin:
+            await _ensure_another_admin(session, user, "demote")
+        user.is_platform_admin = is_platform_admin
+        changed.append("is_platform_admin")
+    if password is not None:
+        user.password_hash = hash_password(password)
+        await _revoke_sign_ins(session, user.id)
+        changed.append("password")  # the fact, never the value
+    if changed:
+        details: dict[str, Any] = {"changed": changed}
+        if "is_platform_admin" in changed:
+            details["is_platform_admin"] = user.is_platform_admin
+        audit.record(session, actor, "user.update", "user", user.id, details=details)
+    return user
+
+
+async def freeze_user(session: AsyncSession, actor: Actor, user_id: int) -> User:
+    """Freeze a user: they can no longer sign in or use any token; their sign-ins are revoked.
+
+    API tokens are kept (refused while frozen) so that thawing restores the user's automation.
+    The caller must drop cached tokens (``TokenVerifier.forget()``) for the freeze to act at once on its replica;
+    other replicas follow within their token cache time.
+
+    Raises:
+        Conflict: the actor froze themselves, or the user is the last active platform admin.
+    """
+    user = await get_user(session, actor, user_id)
+    if user.id == actor.user_id:
+        raise Conflict("you cannot freeze yourself")
+    if user.state == UserState.FROZEN:
+        return user
+    if user.is_platform_admin:
+        await _ensure_another_admin(session, user, "freeze")
+    user.state = UserState.FROZEN.value
+    revoked = await _revoke_sign_ins(session, user.id)
+    audit.record(session, actor, "user.freeze", "user", user.id, details={"revoked_sign_ins": revoked})
+    return user
+
+
+async def thaw_user(session: AsyncSession, actor: Actor, user_id: int) -> User:
+    """Let a frozen user sign in and use their API tokens again."""
+    user = await get_user(session, actor, user_id)
+    if user.state != UserState.ACTIVE:
+        user.state = UserState.ACTIVE.value
+        audit.record(session, actor, "user.thaw", "user", user.id)
+    return user
+
+
+async def _me(session: AsyncSession, actor: Actor) -> User:
+    user = await session.get(User, actor.user_id)
+    if user is None:
+        raise NotFound("the signed-in user no longer exists")
+    return user
+
+
+async def update_me(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    display_name: str | None = None,
+    email: str | None = None,
+    default_workspace_id: int | None = None,
+) -> User:
+    """Change the actor's own profile. ``None`` leaves a field as it is; ``email=""`` clears it.
+
+    Raises:
+        ValidationFailed: ``default_workspace_id`` is not a workspace the actor is a member of.
+    """
+    user = await _me(session, actor)
+    changed: list[str] = []
+    if display_name is not None:
+        check_text(display_name, "display_name", 128)
+        user.display_name = display_name or user.username
+        changed.append("display_name")
+    if email is not None:
+        user.email = _check_email(email)
+        changed.append("email")
+    if default_workspace_id is not None:
+        member = await session.scalar(
+            select(Membership.workspace_id).where(
+                Membership.workspace_id == default_workspace_id, Membership.user_id == user.id
+            )
+        )
+        if member is None:  # the same words whether it exists or not: no existence leak
+            raise ValidationFailed(
+                f"workspace {default_workspace_id} is not one of your workspaces", field="default_workspace_id"
+            )
+        user.default_workspace_id = default_workspace_id
+        changed.append("default_workspace_id")
+    if changed:
+        audit.record(session, actor, "user.update_self", "user", user.id, details={"changed": changed})
+    return user
+
+
+async def change_password(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    current_password: str,
+    new_password: str,
+    max_failures: int,
+    window_s: int,
+) -> AicenterError | None:
+    """Change the actor's own password after checking the current one.
+
+    A wrong current password is *returned*, not raised, like a failed login: the caller commits the recorded
+    failure and then raises it, so a stolen token cannot be used to guess the password without limit.
+    On success the actor's other sessions and CLI logins are revoked; the one in use stays valid.
+
+    Raises:
+        RateLimited: ``max_failures`` wrong passwords within ``window_s``.
+        ValidationFailed: the new password is too weak (``details.field == "new_password"``).
+    """
+    user = await _me(session, actor)
+    now = utcnow()
+    failures = await session.scalar(
+        select(func.count())
+        .select_from(LoginAttempt)
+        .where(LoginAttempt.username == user.username, LoginAttempt.at >= now - timedelta(seconds=window_s))
+    )
+    if (failures or 0) >= max_failures:
+        raise RateLimited(
+            f"too many wrong passwords; try again in {window_s // 60} minutes", details={"retry_after_s": window_s}
+        )
+    if not verify_password(user.password_hash, current_password):
+        session.add(LoginAttempt(username=user.username, address=(actor.client_address or "unknown")[:64], at=now))
+        return Forbidden("the current password is wrong", details={"field": "current_password"})
+    _check_password(new_password, "new_password")
+    user.password_hash = hash_password(new_password)
+    revoked = await _revoke_sign_ins(session, user.id, keep_token_id=actor.token_id)
+    audit.record(session, actor, "user.password", "user", user.id, details={"revoked_sign_ins": revoked})
+    return None
+
+
+@dataclass(frozen=True)
+class MyWorkspace:
+    workspace: Workspace
+    role: WorkspaceRole
+
+
+async def my_workspaces(session: AsyncSession, actor: Actor) -> list[MyWorkspace]:
+    """The workspaces the actor is a member of, by name, with their role in each."""
+    rows = await session.execute(
+        select(Workspace, Membership.role)
+        .join(Membership, Membership.workspace_id == Workspace.id)
+        .where(Membership.user_id == actor.user_id)
+        .order_by(Workspace.name)
+    )
+    return [MyWorkspace(ws, WorkspaceRole(role)) for ws, role in rows]
+
+
+# --- workspaces --------------------------------------------------------------------------------------------
+
+
 async def create_workspace(
-    session: AsyncSession, actor: Actor, *, name: str, description: str = "", admin: User | None = None
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    name: str,
+    description: str = "",
+    admin: User | None = None,
+    admin_user_id: int | None = None,
 ) -> Workspace:
-    """Create a workspace with ``admin`` (default: the actor) as its workspace admin, allowed in the default pool."""
+    """Create a workspace, allowed in the default pool, with one workspace admin.
+
+    The admin is ``admin`` or the user ``admin_user_id``; by default the actor (the system actor has no user,
+    so its workspaces start without members).
+
+    Raises:
+        Forbidden: the actor is not a platform admin.
+        ValidationFailed: a malformed name or description, or ``admin_user_id`` names no user.
+        Conflict: the name is taken (``details.field == "name"``).
+    """
     require_platform_admin(actor, "workspace creation")
     check_name(name)
     check_text(description, "description", 1024)
+    if admin is None and admin_user_id is not None:
+        admin = await session.get(User, admin_user_id)
+        if admin is None:
+            raise ValidationFailed(f"no user has id {admin_user_id}", field="admin_user_id")
     if await session.scalar(select(Workspace.id).where(Workspace.name == name)) is not None:
         raise Conflict(f'a workspace named "{name}" already exists', details={"field": "name"})
     workspace = Workspace(name=name, description=description, created_by_id=actor.user_id or None)
@@ -77,7 +396,87 @@ async def create_workspace(
     if default_pool_id is not None:
         session.add(PoolGrant(pool_id=default_pool_id, workspace_id=workspace.id))
     audit.record(
-        session, actor, "workspace.create", "workspace", workspace.id, workspace_id=workspace.id, details={"name": name}
+        session,
+        actor,
+        "workspace.create",
+        "workspace",
+        workspace.id,
+        workspace_id=workspace.id,
+        details={"name": name, "admin_user_id": admin_id or None},
     )
     await session.flush()
     return workspace
+
+
+async def list_workspaces(
+    session: AsyncSession, actor: Actor, *, limit: int = 50, cursor: str | None = None, name: str | None = None
+) -> Page[Workspace]:
+    """Workspaces in creation order: all of them for platform admins, the actor's own for everyone else."""
+    stmt: Select[Any] = select(Workspace)
+    if not actor.is_platform_admin:
+        stmt = stmt.where(Workspace.id.in_(select(Membership.workspace_id).where(Membership.user_id == actor.user_id)))
+    if name:
+        stmt = stmt.where(Workspace.name == name)
+    return await paginate(session, stmt, Workspace.id, limit=limit, cursor=cursor)
+
+
+async def get_workspace(session: AsyncSession, actor: Actor, workspace_id: int) -> Workspace:
+    """A workspace the actor is a member of (or any, for platform admins)."""
+    return await get_visible_workspace(session, actor, workspace_id)
+
+
+async def update_workspace(
+    session: AsyncSession,
+    actor: Actor,
+    workspace_id: int,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Workspace:
+    """Rename a workspace or change its description (workspace admins). ``None`` leaves a field as it is."""
+    workspace = await require_workspace_admin(session, actor, workspace_id)
+    details: dict[str, Any] = {}
+    if name is not None and name != workspace.name:
+        check_name(name)
+        taken = await session.scalar(select(Workspace.id).where(Workspace.name == name, Workspace.id != workspace.id))
+        if taken is not None:
+            raise Conflict(f'a workspace named "{name}" already exists', details={"field": "name"})
+        details["name"] = {"from": workspace.name, "to": name}
+        workspace.name = name
+    if description is not None and description != workspace.description:
+        check_text(description, "description", 1024)
+        workspace.description = description
+        details["description"] = True
+    if details:
+        audit.record(
+            session, actor, "workspace.update", "workspace", workspace.id, workspace_id=workspace.id, details=details
+        )
+    return workspace
+
+
+async def delete_workspace(session: AsyncSession, actor: Actor, workspace_id: int) -> None:
+    """Delete a workspace with its memberships, quotas and pool grants (platform admins).
+
+    Users whose default workspace it was are left without one. Later issues refuse this while the workspace
+    still has running work.
+    """
+    require_platform_admin(actor, "workspace deletion")
+    workspace = await session.get(Workspace, workspace_id)
+    if workspace is None:
+        raise NotFound(f"workspace {workspace_id} not found")
+    await session.execute(
+        update(User).where(User.default_workspace_id == workspace.id).values(default_workspace_id=None)
+    )
+    audit.record(
+        session,
+        actor,
+        "workspace.delete",
+        "workspace",
+        workspace.id,
+        workspace_id=workspace.id,
+        details={"name": workspace.name},
+    )
+    # Core DELETE, not session.delete(): the database cascades to memberships, quotas and grants in one
+    # statement instead of the ORM loading every member first.
+    await session.execute(delete(Workspace).where(Workspace.id == workspace.id))
+    session.expunge(workspace)

@@ -14,12 +14,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
-from aicenter.scheduler.model import Job, Node, Place, Preempt, Quota, ReplicaRequest, Reserve, Task
+from aicenter.scheduler.model import CycleResult, Job, Node, Place, Preempt, Quota, ReplicaRequest, Reserve, Task
 from aicenter.scheduler.policy import PolicyConfig
+from aicenter.scheduler.scheduler import Scheduler
 from aicenter.scheduler.state import ClusterState
 from aicenter.sim.metrics import FloatArray, JobOutcome, Timeline
 from aicenter.sim.workload import TraceJob
@@ -27,6 +28,13 @@ from aicenter.sim.workload import TraceJob
 Mode = Literal["replay", "fill"]
 Progress = Callable[[int, int, float], None]
 """Called now and then with (jobs done, jobs in the trace, simulated seconds)."""
+
+
+class CycleRunner(Protocol):
+    """What the simulator needs of a scheduler: ``aicenter.scheduler.Scheduler`` (tests may pass a stub)."""
+
+    def cycle(self, state: ClusterState, pending: Sequence[Job], now: float) -> CycleResult: ...
+
 
 _DONE, _THRESHOLD = 0, 1
 _MAX_FILL_PASSES = 100  # a trace of tasks that need nothing would otherwise fill forever
@@ -145,15 +153,13 @@ class Simulator:
         jobs: Sequence[TraceJob],
         policy: PolicyConfig,
         options: SimOptions | None = None,
-        scheduler_factory: Callable[[PolicyConfig], object] | None = None,
+        scheduler_factory: Callable[[PolicyConfig], CycleRunner] | None = None,
     ) -> None:
-        from aicenter.scheduler import Scheduler
-
         self.nodes = list(nodes)
         self.jobs = list(jobs)
         self.policy = policy
         self.options = options or SimOptions()
-        self.scheduler = (scheduler_factory or Scheduler)(policy)
+        self.scheduler: CycleRunner = (scheduler_factory or Scheduler)(policy)
         self.state = ClusterState(self.nodes, self.options.quotas)
         self.total_gpus = float(sum(len(n.devices) for n in self.nodes))
         self.workspaces = sorted({j.workspace for j in self.jobs})
@@ -265,7 +271,7 @@ class Simulator:
             del running[r.job.id]
             r.epoch += 1
             r.started = None
-            return None
+            return
 
         while True:
             t_arrival = runs[next_arrival].trace.submit_time if next_arrival < len(runs) else math.inf

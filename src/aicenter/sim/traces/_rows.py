@@ -93,6 +93,7 @@ class Fields:
         if raw in ("0", "false", "no", "n"):
             return False
         self.error(column, f"expected true or false, got {raw!r}")
+        return None
 
     def timestamp(self, column: str) -> datetime:
         """An ISO 8601 date-time; naive values are UTC."""

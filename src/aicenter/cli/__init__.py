@@ -1,0 +1,1 @@
+"""The ``aicenter`` command line (Typer), built on the SDK in aicenter.client."""

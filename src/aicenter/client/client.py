@@ -1,0 +1,22 @@
+"""The SDK's entry point: :class:`Client`, one method per endpoint of the REST API."""
+
+from __future__ import annotations
+
+from aicenter.client._auth import AuthMixin
+from aicenter.client._inventory import InventoryMixin
+from aicenter.client._tenancy import TenancyMixin
+
+
+class Client(AuthMixin, TenancyMixin, InventoryMixin):
+    """A synchronous client of an aicenter server.
+
+    Every call raises :class:`~aicenter.client.ApiError` on an error answer and
+    :class:`~aicenter.client.ConnectionFailed` (a subclass) when no answer comes. ``list_<things>`` methods return an
+    iterator over every item, following cursors lazily; ``list_<things>_page`` return one :class:`Page`.
+
+    Example:
+        >>> with Client("http://127.0.0.1:8000") as api:
+        ...     api.login("alice", "secret")
+        ...     for spec in api.list_specs():
+        ...         print(spec.name, spec.price_per_hour)
+    """

@@ -1,0 +1,203 @@
+"""Typed views of the API's responses, mirroring docs/dev/api-surface.md.
+
+Models accept fields they do not know (``extra="allow"``), so an SDK keeps working against a newer server, and
+:meth:`ApiModel.to_json` gives back exactly what the server sent (fields it omitted stay omitted).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AcceleratorType",
+    "ApiModel",
+    "AuditEvent",
+    "Health",
+    "LoginResult",
+    "Member",
+    "MyWorkspace",
+    "Node",
+    "NodeAccelerator",
+    "Page",
+    "Pool",
+    "Quota",
+    "Spec",
+    "Token",
+    "TokenCreated",
+    "User",
+    "Workspace",
+]
+
+M = TypeVar("M", bound="ApiModel")
+
+
+class ApiModel(BaseModel):
+    """Base of every response model."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object as the server sent it."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class Page(BaseModel, Generic[M]):
+    """One page of a list: ``items`` and the cursor of the next page (``None`` on the last one)."""
+
+    items: list[M]
+    next_cursor: str | None = None
+
+
+class Health(ApiModel):
+    status: str
+    version: str
+
+
+class User(ApiModel):
+    id: int
+    username: str
+    display_name: str = ""
+    email: str | None = None
+    is_platform_admin: bool = False
+    state: str = "active"
+    default_workspace_id: int | None = None
+    created_at: datetime | None = None
+
+
+class LoginResult(ApiModel):
+    token: str = Field(repr=False)
+    expires_at: datetime | None = None
+    user: User
+
+
+class Token(ApiModel):
+    id: int
+    name: str
+    kind: str = "api"
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class TokenCreated(Token):
+    token: str = Field(repr=False, description="The secret; the server never shows it again.")
+
+
+class Workspace(ApiModel):
+    id: int
+    name: str
+    description: str = ""
+    balance: Decimal | None = None  # coins; absent in the pool-grant listing
+    created_by_id: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class MyWorkspace(ApiModel):
+    workspace: Workspace
+    role: str
+
+
+class Member(ApiModel):
+    user_id: int
+    username: str
+    display_name: str = ""
+    role: str
+    created_at: datetime | None = None
+
+
+class Quota(ApiModel):
+    """Resources are normalized: ``cpu`` in milli-cores, ``memory`` in bytes, accelerators in devices."""
+
+    id: int | None = None
+    workspace_id: int
+    pool_id: int
+    pool_name: str | None = None
+    guaranteed: dict[str, int] = {}
+    maximum: dict[str, int] = {}
+    used: dict[str, int] = {}
+
+
+class AuditEvent(ApiModel):
+    id: int
+    at: datetime
+    actor_id: int | None = None
+    actor_name: str | None = None
+    action: str
+    target_type: str | None = None
+    target_id: str | int | None = None
+    workspace_id: int | None = None
+    client_address: str | None = None
+    request_id: str | None = None
+    details: dict[str, Any] = {}
+
+
+class NodeAccelerator(ApiModel):
+    index: int
+    type: str
+    model: str | None = None  # the product name the driver reports
+    memory_bytes: int | None = None
+    nvlink_domain: str | None = None
+
+
+class Node(ApiModel):
+    id: int
+    name: str
+    address: str | None = None
+    executor: str | None = None
+    cpu_milli: int
+    memory_bytes: int
+    accelerators: list[NodeAccelerator] = []
+    labels: dict[str, str] = {}
+    rack: str | None = None
+    leaf: str | None = None
+    spine: str | None = None
+    nvlink_domain: str | None = None
+    schedule: str = "schedulable"
+    state: str = "ready"
+    last_heartbeat_at: datetime | None = None
+    pools: list[str] = []
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class AcceleratorType(ApiModel):
+    id: int
+    name: str
+    vendor: str
+    memory_bytes: int = 0
+    description: str = ""
+    created_at: datetime | None = None
+
+
+class Spec(ApiModel):
+    id: int
+    name: str
+    description: str = ""
+    cpu_milli: int
+    memory_bytes: int
+    accelerators: int = 0
+    accelerator_share: int = 0
+    accelerator_type: str | None = None
+    price_per_hour: Decimal = Decimal(0)  # sent as a decimal string: money never goes through a float
+    billing_weight: float = 1.0
+    pool_id: int | None = None
+    enabled: bool = True
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class Pool(ApiModel):
+    id: int
+    name: str
+    description: str = ""
+    selector: dict[str, str] = {}
+    is_default: bool = False
+    node_count: int = 0
+    workspaces: list[int] | None = None  # platform admins only
+    created_at: datetime | None = None

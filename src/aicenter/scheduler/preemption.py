@@ -1,0 +1,132 @@
+"""Preemption and reclaim: evict the smallest set of whole jobs that lets a higher-ranked job start.
+
+Who may evict whom (strict, so no two jobs can evict each other in turn):
+- priority: a victim has a lower priority than the preemptor;
+- LAS (Tiresias): a victim sits in a lower queue (more attained service) than the preemptor;
+- reclaim: the preemptor's workspace stays within its guarantee, the victim's workspace is borrowing; after
+  the reclaim the preemptor's workspace is not borrowing, so the victim's cannot reclaim back.
+
+Victims are preemptible, not protected (a job started by preemption is immune for ``preemption_protect_s``),
+and preferred in this order: lowest rank, most recently checkpointed, shortest running. The search releases
+the candidates in the state (what-if), places the preemptor, keeps only victims on the nodes it got, then
+drops every victim whose eviction turns out unnecessary, smallest first (so the set is minimal: no victim can
+be spared, and few large victims beat many small ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .admission import is_borrowing
+from .model import Job, ReplicaPlacement, RunningJob
+from .placement import Placer
+from .state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Victims released in the state and the preemptor's placement on the freed capacity."""
+
+    victims: tuple[tuple[RunningJob, str], ...]
+    placements: tuple[ReplicaPlacement, ...]
+    nodes: frozenset[int]
+
+
+def _preference(rj: RunningJob, now: float, rank: float) -> tuple[float, float, float]:
+    ckpt = now - rj.job.last_checkpoint_at if rj.job.last_checkpoint_at is not None else float("inf")
+    return (rank, ckpt, now - rj.started_at)
+
+
+def find_eviction(
+    state: ClusterState,
+    placer: Placer,
+    job: Job,
+    now: float,
+    *,
+    protect_s: float,
+    max_victims: int,
+    reclaim: bool,
+    job_rank: float,
+    rank: Callable[[RunningJob], float],
+) -> Eviction | None:
+    """Find and apply (release in the state) a minimal set of victims for ``job``.
+
+    Args:
+        state: The state; victims are released in it on success, unchanged on failure.
+        placer: Places the preemptor.
+        job: The preemptor.
+        now: Current time.
+        protect_s: Jobs started by preemption within this many seconds are immune.
+        max_victims: Candidates considered.
+        reclaim: The preemptor's workspace may reclaim from borrowing workspaces.
+        job_rank: The preemptor's rank; victims must rank strictly lower (unless reclaimed).
+        rank: Rank of a running job.
+
+    Returns:
+        The eviction, or ``None``.
+    """
+    borrowing: dict[str, bool] = {}
+    cands: list[tuple[tuple[float, float, float], str, RunningJob, str]] = []
+    for rj in state.running.values():
+        v = rj.job
+        if not v.preemptible or v.pool != job.pool or (v.workspace == job.workspace and not (rank(rj) < job_rank)):
+            continue
+        if rj.by_preemption and now - rj.started_at < protect_s:
+            continue
+        r = rank(rj)
+        why = ""
+        if r < job_rank:
+            why = "lower rank"
+        elif reclaim and v.workspace != job.workspace:
+            if v.workspace not in borrowing:
+                borrowing[v.workspace] = is_borrowing(state, v.workspace, v.pool)
+            if borrowing[v.workspace]:
+                why = f"workspace {job.workspace} reclaims its guaranteed quota lent to {v.workspace}"
+        if why:
+            if why == "lower rank":
+                why = f"preempted for job {job.id} of higher rank"
+            cands.append((_preference(rj, now, r), v.id, rj, why))
+    if not cands:
+        return None
+    cands.sort(key=lambda c: (c[0], c[1]))
+    cands = cands[:max_victims]
+    released: dict[str, tuple[RunningJob, str]] = {}
+    for _, jid, _rj, why in cands:
+        released[jid] = (state.release(jid), why)
+    out = placer.place(state, job)
+    if not out.ok:
+        for rj, _ in released.values():
+            state.restore(rj)
+        return None
+    # Keep only victims on the nodes the preemptor got; give the others back.
+    for jid in list(released):
+        rj, _ = released[jid]
+        if not any(state.index[p.node] in out.nodes for p in rj.placements):
+            state.restore(rj)
+            del released[jid]
+
+    # Minimality: try sparing each victim; the smallest first (so the fewest, largest jobs remain victims),
+    # among equals the least preferred victim first.
+    def spare_order(j: str) -> tuple[int, tuple[float, float, float]]:
+        rj = released[j][0]
+        pref = _preference(rj, now, rank(rj))
+        return (rj.accelerator_milli, (-pref[0], -pref[1], -pref[2]))
+
+    for jid in sorted(released, key=spare_order):
+        rj, _ = released[jid]
+        state.restore(rj)
+        trial = placer.place(state, job)
+        if trial.ok:
+            del released[jid]
+            out = trial
+        else:
+            state.release(jid)
+    if not out.ok:  # pragma: no cover - the last successful trial stands
+        return None
+    final = placer.place(state, job)
+    if not final.ok:  # pragma: no cover - state is as when ``out`` was found
+        for rj, _ in released.values():
+            state.restore(rj)
+        return None
+    return Eviction(tuple(released.values()), final.placements, frozenset(final.nodes))

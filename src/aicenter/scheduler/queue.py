@@ -1,0 +1,193 @@
+"""Queue order: the sequence in which a cycle considers pending jobs.
+
+Each order is an iterator built per cycle. Dynamic orders (fair share, round robin) re-rank after every job,
+so a workspace that just got a job placed falls behind the others; they read usage from the state, which the
+cycle updates as it allocates.
+
+Costs: a cycle sees every pending job once (~0.5 us each for the sort key); only the examined head is ranked
+dynamically.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from operator import attrgetter
+
+from .model import FULL_MILLI, Job, RunningJob
+from .policy import PolicyConfig
+from .state import RESOURCE_ACCELERATORS, RESOURCE_CPU, RESOURCE_MEMORY, ClusterState
+
+SortKey = tuple[float, ...]
+
+
+def fifo_key(job: Job) -> tuple[float, str]:
+    """Submit time, then id."""
+    return (job.submit_time, job.id)
+
+
+def priority_key(job: Job) -> tuple[int, float, str]:
+    """Higher priority first, then FIFO."""
+    return (-job.priority, job.submit_time, job.id)
+
+
+def sort_by_priority(jobs: list[Job]) -> None:
+    """Sort in place like ``priority_key`` with C-level keys (~10x faster at 50,000 jobs; sorts are stable)."""
+    jobs.sort(key=attrgetter("submit_time", "id"))
+    jobs.sort(key=attrgetter("priority"), reverse=True)
+
+
+def sjf_key(job: Job) -> tuple[int, float, float, str]:
+    """Shortest estimate first; jobs without an estimate after, FIFO."""
+    est = job.estimate_s
+    return (est is None, est or 0.0, job.submit_time, job.id)
+
+
+def las_queue(attained: float, thresholds: Sequence[float]) -> int:
+    """Tiresias' discretised queue: how many thresholds the attained service has passed (0 = top)."""
+    q = 0
+    for t in thresholds:
+        if attained >= t:
+            q += 1
+        else:
+            break
+    return q
+
+
+class LasRank:
+    """Tiresias 2D-LAS rank of pending and running jobs (lower queue index = served first).
+
+    Args:
+        policy: Thresholds and starvation limits.
+        now: Current time.
+    """
+
+    def __init__(self, policy: PolicyConfig, now: float) -> None:
+        self.thresholds = policy.las_thresholds
+        self.factor = policy.las_starvation_factor
+        self.limit = policy.las_starvation_s
+        self.now = now
+
+    def pending(self, job: Job) -> int:
+        """Queue of a pending job; promoted to the top when it has starved."""
+        q = las_queue(job.attained_service, self.thresholds)
+        if q == 0:
+            return 0
+        waited = self.now - job.submit_time
+        devices = max(1.0, job.accelerator_milli / FULL_MILLI)
+        ran = job.attained_service / devices
+        if waited > 0 and self.limit and waited - ran >= self.limit:
+            return 0
+        if self.factor and ran > 0 and waited - ran >= self.factor * ran:
+            return 0
+        return q
+
+    def running(self, rj: RunningJob) -> int:
+        """Queue of a running job (its service grows while it runs, so it gets demoted)."""
+        return las_queue(rj.attained_service(self.now), self.thresholds)
+
+    def key(self, job: Job) -> tuple[int, float, str]:
+        """Queue, then FIFO inside the queue (as Tiresias does)."""
+        return (self.pending(job), job.submit_time, job.id)
+
+
+def _share(state: ClusterState, ws: str, pool: str, cap: dict[str, float]) -> tuple[int, float, float]:
+    """DRF rank of a workspace: below its guarantee first (by how far), then by dominant share."""
+    u = state.usage.get((ws, pool), {})
+    dominant = max(
+        u.get(r, 0.0) / cap[r] if cap.get(r) else 0.0 for r in (RESOURCE_CPU, RESOURCE_MEMORY, RESOURCE_ACCELERATORS)
+    )
+    q = state.quota(ws, pool)
+    if q is not None:
+        g = [u.get(r, 0.0) / v for r, v in q.guaranteed.items() if v > 0]
+        if g and max(g) < 1.0:
+            return (0, max(g), dominant)
+    return (1, dominant, 0.0)
+
+
+def fair_share_order(
+    state: ClusterState, pending: Sequence[Job], policy: PolicyConfig, by_workspace: bool = True
+) -> Iterator[Job]:
+    """DRF across workspaces (per pool), honouring guarantees; users take turns inside a workspace.
+
+    Args:
+        state: The state (usage is read anew after each job, as the cycle allocates).
+        pending: Pending jobs.
+        policy: For ``user_round_robin``.
+        by_workspace: False = one queue for everyone, users take turns (``user-round-robin``).
+
+    Yields:
+        Jobs, highest share deficit first.
+    """
+    groups: dict[tuple[str, str], dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
+    rr = policy.user_round_robin or not by_workspace
+    for job in pending:
+        key = (job.workspace if by_workspace else "", job.pool)
+        groups[key][job.user if rr else ""].append(job)
+    caps: dict[str, dict[str, float]] = {}
+    user_load: dict[tuple[str, str], int] = defaultdict(int)
+    for (ws, user), count in state.user_jobs.items():
+        user_load[(ws if by_workspace else "", user)] += count
+    # Per group: a heap of users keyed by (jobs running + taken this cycle, their head's priority key).
+    inner: dict[tuple[str, str], list[tuple[int, tuple[int, float, str], str, int]]] = {}
+    lists: dict[tuple[str, str], dict[str, list[Job]]] = {}
+    for gk, users in groups.items():
+        heap = []
+        for user, jobs in users.items():
+            sort_by_priority(jobs)
+            heap.append((user_load[(gk[0], user)] if rr else 0, priority_key(jobs[0]), user, 0))
+        heapq.heapify(heap)
+        inner[gk] = heap
+        lists[gk] = users
+    outer: list[tuple[tuple[int, float, float], str, str]] = []
+    for ws, pool in groups:
+        if pool not in caps:
+            caps[pool] = state.capacity(pool)
+        rank = _share(state, ws, pool, caps[pool]) if by_workspace else (0, 0.0, 0.0)
+        outer.append((rank, ws, pool))
+    heapq.heapify(outer)
+    while outer:
+        _, ws, pool = heapq.heappop(outer)
+        heap = inner[(ws, pool)]
+        load, _, user, pos = heapq.heappop(heap)
+        jobs = lists[(ws, pool)][user]
+        yield jobs[pos]
+        if pos + 1 < len(jobs):
+            heapq.heappush(heap, (load + 1 if rr else 0, priority_key(jobs[pos + 1]), user, pos + 1))
+        if heap:
+            rank = _share(state, ws, pool, caps[pool]) if by_workspace else (0, 0.0, 0.0)
+            heapq.heappush(outer, (rank, ws, pool))
+
+
+def order(
+    state: ClusterState, pending: Sequence[Job], policy: PolicyConfig, now: float, limit: int
+) -> tuple[Iterator[Job], LasRank | None]:
+    """The cycle's queue order (at most ``limit`` jobs are taken from it) and, for LAS, the ranker.
+
+    Static orders sort with C-level keys; LAS and SJF use ``heapq.nsmallest`` (O(n log limit)).
+    """
+    name = policy.queue_order
+    if name == "fair-share":
+        return fair_share_order(state, pending, policy), None
+    if name == "user-round-robin":
+        return fair_share_order(state, pending, policy, by_workspace=False), None
+    if name == "las":
+        ranker = LasRank(policy, now)
+        return iter(heapq.nsmallest(limit, pending, key=ranker.key)), ranker
+    if name == "sjf":
+        return iter(heapq.nsmallest(limit, pending, key=sjf_key)), None
+    jobs = list(pending)
+    if name == "priority":
+        sort_by_priority(jobs)
+    else:
+        jobs.sort(key=attrgetter("submit_time", "id"))
+    return iter(jobs[:limit]), None
+
+
+def rank_of(job: Job, policy: PolicyConfig, ranker: LasRank | None) -> float:
+    """A number that must be strictly lower for a victim than for its preemptor (no preemption loops)."""
+    if ranker is not None:
+        return -float(ranker.pending(job))
+    return float(job.priority) if math.isfinite(job.priority) else 0.0

@@ -1,0 +1,19 @@
+"""The console's routers, included by :func:`aicenter.web.install`; later areas append theirs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from aicenter.web.routes import account, audit, home, nodes, pools, session, specs, users, workspaces
+
+ROUTERS: list[APIRouter] = [
+    session.router,
+    home.router,
+    account.router,
+    workspaces.router,
+    users.router,
+    nodes.router,
+    specs.router,
+    pools.router,
+    audit.router,
+]

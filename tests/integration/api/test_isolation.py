@@ -1,0 +1,581 @@
+"""Tenant isolation, generated from the OpenAPI document: every operation, whoever wrote it, is checked.
+
+For each operation (path + method) of ``app.openapi()``:
+
+* it declares ``x-aicenter-access`` (src/aicenter/api/access.py), which says who may call it;
+* an anonymous caller gets 401 ``unauthenticated``, unless the operation is ``public``;
+* a member of another workspace (``mallory``, who administers her own workspace B) calling it on workspace A's
+  resources gets 403 or 404, never 2xx, and exactly what she would get for an id that does not exist (no
+  existence leak); ``admin`` operations give a plain member 403; ``workspace_admin`` operations give a plain
+  member of A (``amy``) 403; ``user`` operations never give a signed-in user 401;
+* the caller who IS allowed (a platform admin for ``admin`` operations, else ``alice``, A's workspace admin) is
+  not refused: this proves that the 403/404s above come from authorization and not from wrong ids.
+
+Path parameters are filled by name from real rows (``PATH_PARAMS``): a new parameter name fails the test,
+naming it, so that whoever adds the endpoint extends the map. Bodies are synthesized from the request schema
+so that body validation (which FastAPI runs before the service checks authorization) does not hide the
+check; an operation whose body could not be synthesized is reported at the end of the module as not exercised.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from fastapi import FastAPI
+
+from aicenter.api.access import Access
+from aicenter.app import create_app
+from aicenter.config import Settings
+from aicenter.core.roles import TokenKind, WorkspaceRole
+from aicenter.db.engine import Database
+from aicenter.db.models import (
+    AcceleratorType,
+    Membership,
+    Node,
+    Pool,
+    PoolGrant,
+    Quota,
+    ResourceSpec,
+    User,
+)
+from aicenter.services import auth, tenancy
+from aicenter.services.context import Actor
+
+API_PREFIX = "/api/"
+_METHODS = ("get", "post", "put", "patch", "delete")
+MISSING_ID = 987_654_321  # an id no row has: what a hidden row must look like
+PASSWORD = "Isolation-passw0rd"
+_names = count(1)
+
+
+# ------------------------------------------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.method.upper()} {self.path}"
+
+
+def _collect_operations() -> list[Operation]:
+    """Every API operation of the app as built now; building the app touches no database."""
+    with tempfile.TemporaryDirectory() as home:
+        settings = Settings(
+            home=Path(home),
+            database_url=f"sqlite+aiosqlite:///{home}/collect.db",
+            secret_key="collection-only-secret-key",
+            admin_password="collection-only-password",
+            register_host=False,
+        )
+        document = create_app(settings, run_controllers=False).openapi()
+    return [
+        Operation(method, path)
+        for path, item in sorted(document["paths"].items())
+        if path.startswith(API_PREFIX)
+        for method in _METHODS
+        if method in item
+    ]
+
+
+OPERATIONS = _collect_operations()
+
+
+def _spec(app: FastAPI, op: Operation) -> dict[str, Any]:
+    spec: dict[str, Any] = app.openapi()["paths"][op.path][op.method]
+    return spec
+
+
+def _access(app: FastAPI, op: Operation) -> Access:
+    declared = _spec(app, op).get("x-aicenter-access")
+    assert declared is not None, (
+        f"{op.id} declares no x-aicenter-access: add openapi_extra=access(Access.X) to its route "
+        f"(src/aicenter/api/access.py)"
+    )
+    assert declared in set(Access), f"{op.id} declares an unknown x-aicenter-access {declared!r}"
+    return Access(declared)
+
+
+# ------------------------------------------------------------------------------------------------- the world
+
+
+@dataclass
+class Caller:
+    user_id: int
+    username: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass
+class World:
+    """Workspace A with its admin, a plain member and resources; an outsider who administers workspace B."""
+
+    admin: Caller
+    alice: Caller  # workspace_admin of A
+    amy: Caller  # plain member of A
+    mallory: Caller  # workspace_admin of B, not in A
+    workspace_a: int
+    workspace_b: int
+    pool_a: int  # granted to A only
+    spec_a: int  # in pool A, so only A's members see it
+    node: int
+    accelerator_type: int
+    accelerator_type_name: str
+    alice_token_id: int  # a named API token of alice, not the one she calls with
+
+
+@dataclass(frozen=True)
+class PathParam:
+    """How to fill a path parameter: its value in the world, and whether it names something of workspace A
+    (a pool granted to A, A's user's token, ...) that an outsider must not reach even through a ``user``
+    operation, as opposed to platform-wide things (nodes, accelerator types) that only ``admin`` operations touch.
+    """
+
+    value: Callable[[World], int | str]
+    of_workspace_a: bool
+
+
+# Extend this map when you add an endpoint with a new path parameter.
+PATH_PARAMS: dict[str, PathParam] = {
+    "workspace_id": PathParam(lambda w: w.workspace_a, True),
+    "user_id": PathParam(lambda w: w.alice.user_id, True),
+    "member_id": PathParam(lambda w: w.amy.user_id, True),
+    "pool_id": PathParam(lambda w: w.pool_a, True),
+    "spec_id": PathParam(lambda w: w.spec_a, True),
+    "token_id": PathParam(lambda w: w.alice_token_id, True),
+    "node_id": PathParam(lambda w: w.node, False),
+    "accelerator_type_id": PathParam(lambda w: w.accelerator_type, False),
+}
+
+
+async def _caller(db: Database, username: str, *, admin: bool = False) -> Caller:
+    """A user with a default workspace, created through the service, and an API token.
+
+    Tokens come from the token service rather than /auth/login: a login costs an argon2 verification
+    (~60 ms), and the world is rebuilt for each of a few hundred tests.
+    """
+    async with db.write() as session:
+        user = await tenancy.create_user(
+            session, Actor.system("test"), username=username, password=None, is_platform_admin=admin
+        )
+        user.password_hash = _password_hash()
+        issued = await auth.issue_token(session, user, name="isolation", kind=TokenKind.API, ttl_s=3600)
+    return Caller(user.id, username, issued.secret)
+
+
+_HASH: list[str] = []
+
+
+def _password_hash() -> str:
+    if not _HASH:
+        _HASH.append(auth.hash_password(PASSWORD))
+    return _HASH[0]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def world(db: Database) -> World:
+    admin = await _caller(db, "iso-admin", admin=True)
+    alice = await _caller(db, "alice")
+    amy = await _caller(db, "amy")
+    mallory = await _caller(db, "mallory")
+    async with db.write() as session:
+        alice_user = await session.get(User, alice.user_id)
+        mallory_user = await session.get(User, mallory.user_id)
+        assert alice_user is not None
+        assert mallory_user is not None
+        workspace_a = alice_user.default_workspace_id
+        workspace_b = mallory_user.default_workspace_id
+        assert workspace_a is not None
+        assert workspace_b is not None
+        session.add(Membership(workspace_id=workspace_a, user_id=amy.user_id, role=WorkspaceRole.MEMBER.value))
+
+        accelerator_type = AcceleratorType(name="nvidia-a100", vendor="nvidia", memory_bytes=80 * 2**30)
+        pool = Pool(name="pool-a", description="granted to workspace A only", selector={"team": "a"})
+        node = Node(
+            name="node-1",
+            cpu_milli=64_000,
+            memory_bytes=512 * 2**30,
+            accelerators=[{"index": 0, "type": "nvidia-a100", "memory_bytes": 80 * 2**30}],
+            labels={"team": "a"},
+        )
+        session.add_all([accelerator_type, pool, node])
+        await session.flush()
+        session.add(PoolGrant(pool_id=pool.id, workspace_id=workspace_a))
+        session.add(
+            Quota(
+                workspace_id=workspace_a,
+                pool_id=pool.id,
+                guaranteed={"cpu": 8000, "memory": 64 * 2**30},
+                maximum={"cpu": 16000, "memory": 128 * 2**30, "nvidia-a100": 2},
+            )
+        )
+        spec = ResourceSpec(
+            name="gpu-a100-1",
+            cpu_milli=8000,
+            memory_bytes=64 * 2**30,
+            accelerators=1,
+            accelerator_type="nvidia-a100",
+            price_per_hour=Decimal("10"),
+            pool_id=pool.id,
+        )
+        session.add(spec)
+        alice_token = await auth.issue_token(session, alice_user, name="laptop", kind=TokenKind.API, ttl_s=None)
+        await session.flush()
+        ids = (pool.id, spec.id, node.id, accelerator_type.id, alice_token.token.id)
+    return World(
+        admin=admin,
+        alice=alice,
+        amy=amy,
+        mallory=mallory,
+        workspace_a=workspace_a,
+        workspace_b=workspace_b,
+        pool_a=ids[0],
+        spec_a=ids[1],
+        node=ids[2],
+        accelerator_type=ids[3],
+        accelerator_type_name=accelerator_type.name,
+        alice_token_id=ids[4],
+    )
+
+
+# ------------------------------------------------------------------------------------------------- requests
+
+
+def _path_params(op: Operation) -> list[str]:
+    return re.findall(r"{([^}]+)}", op.path)
+
+
+def _url(op: Operation, world: World, missing: str | None = None) -> str:
+    """The operation's URL on A's resources; ``missing`` names one parameter to point at a nonexistent id."""
+    url = op.path
+    for name in _path_params(op):
+        param = PATH_PARAMS.get(name)
+        if param is None:
+            pytest.fail(
+                f"{op.id}: unknown path parameter {{{name}}}; add it to PATH_PARAMS in "
+                f"tests/integration/api/test_isolation.py with a real row of workspace A"
+            )
+        value = MISSING_ID if name == missing else param.value(world)
+        url = url.replace(f"{{{name}}}", str(value))
+    return url
+
+
+class _Unsynthesizable(Exception):
+    """The request schema asks for something the synthesizer cannot make up."""
+
+
+@dataclass
+class BodyFactory:
+    """Minimal valid-shaped JSON bodies from the OpenAPI request schema, with plausible values by field name."""
+
+    components: dict[str, Any]
+    world: World
+    all_fields: bool = False  # False: required fields only; True: every field (for "one of a or b" bodies)
+    trail: list[str] = field(default_factory=list)
+
+    def make(self, schema: dict[str, Any], name: str = "") -> Any:
+        schema = self._resolve(schema)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            return schema["enum"][0]
+        if "default" in schema and schema["default"] is not None and not self.all_fields:
+            return schema["default"]
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                options = [o for o in schema[key] if self._resolve(o).get("type") != "null"]
+                if not options:
+                    return None
+                # A name-based string ("1Gi", "1.5") beats a bare number for quantities that accept both.
+                strings = [o for o in options if self._resolve(o).get("type") == "string"]
+                return self.make(strings[0] if strings and name in _STRING_VALUES else options[0], name)
+        if "allOf" in schema:
+            return self.make(schema["allOf"][0], name)
+        kind = schema.get("type")
+        if kind == "object" or "properties" in schema:
+            props: dict[str, Any] = schema.get("properties", {})
+            wanted = props if self.all_fields else schema.get("required", [])
+            return {key: self.make(props.get(key, {}), key) for key in wanted}
+        if kind == "array":
+            n = int(schema.get("minItems", 0))
+            return [self.make(schema.get("items", {}), name) for _ in range(n)]
+        if kind == "string":
+            return self._string(schema, name)
+        if kind == "integer":
+            return self._integer(schema, name)
+        if kind == "number":
+            return float(max(1, schema.get("minimum", 1)))
+        if kind == "boolean":
+            return False
+        if not schema:
+            return self._string({}, name) if name else {}
+        raise _Unsynthesizable(f"{name}: {schema}")
+
+    def _resolve(self, schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            resolved: dict[str, Any] = self.components[schema["$ref"].rsplit("/", 1)[1]]
+            schema = resolved
+        return schema
+
+    def _string(self, schema: dict[str, Any], name: str) -> str:
+        fmt = schema.get("format")
+        if fmt == "date-time":
+            return (datetime.now(UTC) + timedelta(days=1)).isoformat()
+        if fmt == "email" or name == "email":
+            return "someone@example.com"
+        if name in _STRING_VALUES:
+            return _STRING_VALUES[name](self.world)
+        if name.endswith("_id"):
+            return str(self._integer({}, name))
+        return f"iso-{next(_names)}"
+
+    def _integer(self, schema: dict[str, Any], name: str) -> int:
+        ids = {
+            "user_id": self.world.amy.user_id,
+            "admin_user_id": self.world.alice.user_id,
+            "workspace_id": self.world.workspace_a,
+            "default_workspace_id": self.world.workspace_a,
+            "pool_id": self.world.pool_a,
+            "spec_id": self.world.spec_a,
+            "node_id": self.world.node,
+            "accelerator_type_id": self.world.accelerator_type,
+        }
+        if name in ids:
+            return ids[name]
+        return int(max(1, schema.get("minimum", 1), schema.get("exclusiveMinimum", 0) + 1))
+
+
+_STRING_VALUES: dict[str, Callable[[World], str]] = {
+    "password": lambda w: PASSWORD,
+    "current_password": lambda w: PASSWORD,
+    "new_password": lambda w: "Another-passw0rd",
+    "cpu": lambda w: "1",
+    "memory": lambda w: "1Gi",
+    "price_per_hour": lambda w: "1.5",
+    "vendor": lambda w: "nvidia",
+    "role": lambda w: WorkspaceRole.MEMBER.value,
+    "username": lambda w: w.amy.username,
+    "accelerator_type": lambda w: w.accelerator_type_name,
+    "type": lambda w: w.accelerator_type_name,
+    "address": lambda w: "10.0.0.9",
+}
+
+
+def _bodies(app: FastAPI, op: Operation, world: World) -> list[Any]:
+    """Candidate JSON bodies, most minimal first; [None] for operations without a JSON body."""
+    spec = _spec(app, op)
+    content = spec.get("requestBody", {}).get("content", {})
+    if "application/json" not in content:
+        return [None]
+    schema = content["application/json"].get("schema", {})
+    components = app.openapi().get("components", {}).get("schemas", {})
+    try:
+        required = BodyFactory(components, world).make(schema)
+        full = BodyFactory(components, world, all_fields=True).make(schema)
+    except _Unsynthesizable:
+        return [{}]
+    out = [required]
+    if isinstance(required, dict) and isinstance(full, dict):
+        # Required fields plus one optional field at a time, for bodies that need "exactly one of a or b".
+        out += [{**required, key: value} for key, value in full.items() if key not in required]
+    out.append(full)
+    unique: list[Any] = []
+    for body in out:
+        if body not in unique:
+            unique.append(body)
+    return unique
+
+
+def _query(app: FastAPI, op: Operation, world: World) -> dict[str, Any]:
+    """Values for required query parameters (optional ones are left out)."""
+    components = app.openapi().get("components", {}).get("schemas", {})
+    factory = BodyFactory(components, world)
+    return {
+        p["name"]: factory.make(p.get("schema", {}), p["name"])
+        for p in _spec(app, op).get("parameters", [])
+        if p.get("in") == "query" and p.get("required")
+    }
+
+
+async def _call(
+    client: httpx.AsyncClient,
+    op: Operation,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+) -> httpx.Response:
+    return await client.request(
+        op.method.upper(), url, headers=headers or {}, params=params, json=body if body is not None else None
+    )
+
+
+def _shape(response: httpx.Response) -> tuple[int, Any]:
+    """What an error response tells the caller, with ids and numbers blanked out."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.status_code, response.text
+    error = payload.get("error", {}) if isinstance(payload, dict) else {}
+    return response.status_code, (
+        error.get("code"),
+        re.sub(r"\d+", "N", str(error.get("message", ""))),
+        sorted(error.get("details", {}) or {}),
+    )
+
+
+def _explain(response: httpx.Response) -> str:
+    return f"{response.status_code} {response.text[:300]}"
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+
+@dataclass
+class _Report:
+    checked: set[str] = field(default_factory=set)
+    unexercised: dict[str, str] = field(default_factory=dict)
+
+
+_REPORT = _Report()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_coverage(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Say, once, how many operations the cross-tenant check really exercised past body validation."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not _REPORT.checked:
+        return
+    with capture.global_and_fixture_disabled():
+        _write_report(reporter)
+
+
+def _write_report(reporter: Any) -> None:
+    reporter.write_line(
+        f"\nisolation: {len(OPERATIONS)} operations; cross-tenant check exercised past body validation for "
+        f"{len(_REPORT.checked - set(_REPORT.unexercised))}, not exercised (no valid body could be synthesized) "
+        f"for {len(_REPORT.unexercised)}"
+    )
+    for op_id, why in sorted(_REPORT.unexercised.items()):
+        reporter.write_line(f"  not exercised: {op_id}: {why}")
+
+
+# ------------------------------------------------------------------------------------------------- tests
+
+
+def test_the_document_lists_the_api() -> None:
+    ids = {op.id for op in OPERATIONS}
+    assert "POST /api/v1/auth/login" in ids
+    assert "GET /api/v1/users/me" in ids
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.id)
+async def test_anonymous_caller_is_refused(op: Operation, app: FastAPI, client: httpx.AsyncClient) -> None:
+    level = _access(app, op)
+    if level is Access.PUBLIC:
+        return
+    fake_world = _FAKE_WORLD
+    response = await _call(client, op, _url(op, fake_world), body={}, params=_query(app, op, fake_world))
+    assert response.status_code == 401, f"{op.id} ({level}) answered an anonymous caller: {_explain(response)}"
+    assert response.json()["error"]["code"] == "unauthenticated", _explain(response)
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.id)
+async def test_other_workspace_cannot_reach_workspace_a(
+    op: Operation, app: FastAPI, client: httpx.AsyncClient, world: World
+) -> None:
+    level = _access(app, op)
+    if level is Access.PUBLIC:
+        return
+    _REPORT.checked.add(op.id)
+    url = _url(op, world)
+    params = _query(app, op, world)
+    owned = [n for n in _path_params(op) if PATH_PARAMS[n].of_workspace_a]
+    outsider_refused = level in (Access.ADMIN, Access.WORKSPACE, Access.WORKSPACE_ADMIN) or bool(owned)
+
+    allowed = world.admin if level is Access.ADMIN else world.alice
+
+    # The outsider first, while every row of A is intact.
+    candidates = _bodies(app, op, world)
+    body: Any = None
+    response: httpx.Response | None = None
+    for body in candidates:
+        response = await _call(client, op, url, headers=world.mallory.headers, body=body, params=params)
+        if response.status_code != 422:
+            break
+    assert response is not None
+    if response.status_code == 422:
+        # Validation answered before authorization. Fine only if the bodies are what is wrong, for everyone.
+        for candidate in candidates:
+            check = await _call(client, op, url, headers=allowed.headers, body=candidate, params=params)
+            assert check.status_code == 422, (
+                f"{op.id}: a member of another workspace got 422 for body {candidate} where the allowed caller "
+                f"got {check.status_code}: authorization must come before business validation"
+            )
+        _REPORT.unexercised[op.id] = response.json().get("error", {}).get("message", "")[:120]
+        return
+
+    assert response.status_code != 401, f"{op.id}: a signed-in user got 401: {_explain(response)}"
+    assert response.status_code < 500, f"{op.id}: {_explain(response)}"
+    if outsider_refused:
+        assert response.status_code in (403, 404), (
+            f"{op.id} ({level}) let a member of another workspace reach workspace A: {_explain(response)}"
+        )
+        if level is Access.ADMIN:
+            assert response.status_code == 403, f"{op.id} (admin) must answer 403 to a member: {_explain(response)}"
+        for name in owned:
+            missing = await _call(
+                client, op, _url(op, world, missing=name), headers=world.mallory.headers, body=body, params=params
+            )
+            assert _shape(missing) == _shape(response), (
+                f"{op.id}: existence leak through {{{name}}}: a hidden row answers {_explain(response)} "
+                f"but a missing one {_explain(missing)}"
+            )
+
+    # A plain member of A.
+    if level in (Access.ADMIN, Access.WORKSPACE_ADMIN, Access.WORKSPACE):
+        member = await _call(client, op, url, headers=world.amy.headers, body=body, params=params)
+        if level is Access.WORKSPACE:
+            assert member.status_code not in (401, 403), f"{op.id}: a member of A was refused: {_explain(member)}"
+        else:
+            assert member.status_code == 403, f"{op.id} ({level}) must answer 403 to a plain member of A: " + (
+                _explain(member)
+            )
+
+    # The allowed caller last (it may change or delete A's rows): proves the ids above were right.
+    ok = await _call(client, op, url, headers=allowed.headers, body=body, params=params)
+    assert ok.status_code not in (401, 403, 404), (
+        f"{op.id} ({level}): the allowed caller {allowed.username} was refused, so the 403/404 above proves "
+        f"nothing (wrong ids in PATH_PARAMS or the world?): {_explain(ok)}"
+    )
+    assert ok.status_code < 500, f"{op.id}: {_explain(ok)}"
+
+
+def _fake_world() -> World:
+    """Ids for the anonymous check, which must be refused before any row is looked up."""
+    nobody = Caller(0, "nobody", "")
+    return World(nobody, nobody, nobody, nobody, 1, 2, 1, 1, 1, 1, "nvidia-a100", 1)
+
+
+_FAKE_WORLD = _fake_world()

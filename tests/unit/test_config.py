@@ -1,0 +1,42 @@
+"""Settings: environment prefix, defaults and refusal of weak secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from aicenter.config import Settings
+
+
+def test_reads_prefixed_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AICENTER_HOME", str(tmp_path))
+    monkeypatch.setenv("AICENTER_PORT", "8123")
+    settings = Settings()
+    assert settings.port == 8123
+    assert settings.effective_database_url == f"sqlite+aiosqlite:///{tmp_path.resolve() / 'aicenter.db'}"
+
+
+def test_weak_secret_refused_outside_dev(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="too weak"):
+        Settings(home=tmp_path, secret_key="changeme")
+    assert Settings(home=tmp_path, secret_key="changeme", dev=True).secret_key == "changeme"
+
+
+def test_default_admin_password_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="well-known"):
+        Settings(home=tmp_path, admin_password="admin")
+
+
+def test_generated_secret_is_kept_private_and_stable(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    first = settings.resolve_secret_key()
+    assert len(first) >= 32
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert Settings(home=tmp_path).resolve_secret_key() == first
+
+
+def test_every_field_is_described() -> None:
+    missing = [name for name, field in Settings.model_fields.items() if not field.description]
+    assert missing == []
