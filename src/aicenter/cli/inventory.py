@@ -116,13 +116,17 @@ def _spec_accel(spec: Any) -> str:
 def node_list(
     state: Annotated[str | None, typer.Option(help="ready or not_ready.")] = None,
     schedule: Annotated[str | None, typer.Option(help="schedulable, cordoned or draining.")] = None,
-    label: Annotated[str | None, typer.Option(help="Only nodes with this label, KEY=VALUE.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Only nodes with this label, KEY=VALUE; repeat: all must match.")
+    ] = None,
     pool: Annotated[str | None, typer.Option(help="Only nodes of this pool.")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Every node."""
     with client() as api:
-        out.show(list(api.list_nodes(state=state, schedule=schedule, label=label, pool=pool)), output, _NODE_COLUMNS)
+        labels = pairs(label or [], "--label") or None
+        nodes = api.list_nodes(state=state, schedule=schedule, label=labels, pool=pool)
+        out.show(list(nodes), output, _NODE_COLUMNS)
 
 
 @node_app.command("get")

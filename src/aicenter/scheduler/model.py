@@ -295,14 +295,11 @@ class RunningJob:
     placements: tuple[ReplicaPlacement, ...]
     started_at: float
     by_preemption: bool = False
+    accelerator_milli: int = field(init=False, default=0)
+    """Accelerator share held, in milli (computed once: LAS reads it for every running job each cycle)."""
 
-    @property
-    def accelerator_milli(self) -> int:
-        """Accelerator share held, in milli."""
-        return sum(
-            p.accelerator_milli * max(1, len(p.devices)) if len(p.devices) <= 1 else FULL_MILLI * len(p.devices)
-            for p in self.placements
-        )
+    def __post_init__(self) -> None:
+        self.accelerator_milli = sum(p.accelerator_milli for p in self.placements)
 
     def attained_service(self, now: float) -> float:
         """Accelerator-seconds received up to ``now`` (for LAS)."""

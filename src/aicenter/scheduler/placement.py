@@ -327,7 +327,7 @@ class Placer:
         counts = range(state.max_devices, 0, -1) if strategy == "spread" else range(1, state.max_devices + 1)
         whole: list[IntArray] = []
         got = 0
-        per = 32 if strategy != "random-fit" else limit
+        per = 16 if strategy != "random-fit" else limit
         for c in counts:
             sel = np.flatnonzero(node_ok & (ff == c))[:per]
             if sel.size:
@@ -365,19 +365,22 @@ class Placer:
         elif strategy == "spread":
             k = int(np.argmax(fr * 64 - state.full_free_all[nodes[rows]]))
         elif strategy == "fgd":
+            # Devices of one node with the same free share are interchangeable for fragmentation: score one
+            # of each (a node with 8 whole devices is 1 row, not 8; ~3x fewer rows at 10,000 nodes).
+            _, first = np.unique(rows * (FULL_MILLI + 1) + fr, return_index=True)
             deltas = fractional_deltas(
                 state.dev_free,
                 state.cpu_free,
                 state.mem_free,
                 nodes,
-                rows,
-                cols,
+                rows[first],
+                cols[first],
                 r.accelerator_milli,
                 r.cpu_milli,
                 r.memory_mib,
                 self.dist,
             )
-            best = np.flatnonzero(deltas <= deltas.min() + 1e-9)
+            best = first[np.flatnonzero(deltas <= deltas.min() + 1e-9)]
             k = int(best[np.argmin(key[best])])
         else:
             k = int(np.argmin(key))

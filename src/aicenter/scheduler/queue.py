@@ -121,11 +121,19 @@ def fair_share_order(
     Yields:
         Jobs, highest share deficit first.
     """
-    groups: dict[tuple[str, str], dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
     rr = policy.user_round_robin or not by_workspace
-    for job in pending:
-        key = (job.workspace if by_workspace else "", job.pool)
-        groups[key][job.user if rr else ""].append(job)
+    # One flat dict with a tuple key and setdefault: the only per-pending-job work, ~0.3 us a job.
+    flat: dict[tuple[str, str, str], list[Job]] = {}
+    get = flat.setdefault
+    if by_workspace and rr:
+        for job in pending:
+            get((job.workspace, job.pool, job.user), []).append(job)
+    else:
+        for job in pending:
+            get((job.workspace if by_workspace else "", job.pool, job.user if rr else ""), []).append(job)
+    groups: dict[tuple[str, str], dict[str, list[Job]]] = defaultdict(dict)
+    for (ws, pool, user), jobs in flat.items():
+        groups[(ws, pool)][user] = jobs
     caps: dict[str, dict[str, float]] = {}
     user_load: dict[tuple[str, str], int] = defaultdict(int)
     for (ws, user), count in state.user_jobs.items():

@@ -20,7 +20,7 @@ from .admission import is_borrowing, quota_refusal, within_guarantee
 from .backfill import Reservation, reserve
 from .cache import plan_evictions
 from .fgd import TaskDistribution
-from .model import Admission, CycleResult, Job, Place, Preempt, Reserve, RunningJob
+from .model import FULL_MILLI, Admission, CycleResult, Job, Place, Preempt, Reserve, RunningJob
 from .placement import Outcome, Placer
 from .policy import PolicyConfig
 from .preemption import find_eviction
@@ -58,7 +58,7 @@ class Scheduler:
         self.distribution = distribution
         self.placer = Placer(self.policy, distribution)
         self._seen: set[str] = set()
-        self._max_queue: int | None = None
+        self._demoted: dict[float, bool] = {}
 
     def cycle(self, state: ClusterState, pending: Sequence[Job], now: float) -> CycleResult:
         """Run one scheduling cycle.
@@ -84,7 +84,7 @@ class Scheduler:
         reserved_mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None
         blocker: Job | None = None
         examined: set[str] = set()
-        self._max_queue = None
+        self._demoted = {}
         preemptions_left = 16  # bounds a cycle's cost when a full cluster meets a high-priority backlog
         for job in jobs:
             if len(examined) >= limit:
@@ -175,6 +175,23 @@ class Scheduler:
         result.decisions.append(Place(job.id, out.placements))
         return True
 
+    def _any_attained(self, state: ClusterState, threshold: float, now: float) -> bool:
+        """Whether a running job has at least ``threshold`` attained service (memoised per cycle).
+
+        A plain loop with inline arithmetic: it runs once per cycle over the running jobs (~0.1 us each),
+        where the generic rank function cost ~15 us per job and dominated a Philly replay.
+        """
+        hit = self._demoted.get(threshold)
+        if hit is None:
+            hit = False
+            for rj in state.running.values():
+                rate = rj.accelerator_milli / FULL_MILLI
+                if rj.job.attained_service + rate * (now - rj.started_at) >= threshold:
+                    hit = True
+                    break
+            self._demoted[threshold] = hit
+        return hit
+
     def _preempt(
         self,
         state: ClusterState,
@@ -194,9 +211,8 @@ class Scheduler:
             if ranker is None and (not state.priorities or min(state.priorities) >= job.priority):
                 return False
             if ranker is not None:
-                if self._max_queue is None:
-                    self._max_queue = max((ranker.running(rj) for rj in state.running.values()), default=0)
-                if self._max_queue <= ranker.pending(job):
+                q = ranker.pending(job)
+                if q >= len(p.las_thresholds) or not self._any_attained(state, p.las_thresholds[q], now):
                     return False
 
         def rank(rj: RunningJob) -> float:

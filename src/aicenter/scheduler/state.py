@@ -303,6 +303,7 @@ class ClusterState:
         need_cpu: dict[int, int] = defaultdict(int)
         need_mem: dict[int, int] = defaultdict(int)
         need_dev: dict[tuple[int, int], int] = defaultdict(int)
+        need_dev_mem: dict[tuple[int, int], int] = defaultdict(int)
         for p in placements:
             if p.node not in self.index:
                 raise NotFound(f"node {p.node!r} not found")
@@ -315,12 +316,14 @@ class ClusterState:
             for d in p.devices:
                 if d not in self.dev_pos[i]:
                     raise NotFound(f"node {p.node!r} has no device {d}")
-                need_dev[(i, self.dev_pos[i][d])] += r.accelerator_milli if r.fractional else FULL_MILLI
+                j = self.dev_pos[i][d]
+                need_dev[(i, j)] += r.accelerator_milli if r.fractional else FULL_MILLI
+                need_dev_mem[(i, j)] += r.accelerator_memory_mib if r.fractional else int(self.dev_mem_cap[i, j])
         for i, c in need_cpu.items():
             if c > self.cpu_free[i] or need_mem[i] > self.mem_free[i]:
                 raise Conflict(f"job {job.id} oversubscribes cpu or memory of node {self._nodes[i].name}")
         for (i, j), m in need_dev.items():
-            if m > self.dev_free[i, j]:
+            if m > self.dev_free[i, j] or need_dev_mem[(i, j)] > self.dev_mem_free[i, j]:
                 raise Conflict(f"job {job.id} oversubscribes device {j} of node {self._nodes[i].name}")
         self._apply(job, placements, +1)
         rj = RunningJob(job=job, placements=placements, started_at=now, by_preemption=by_preemption)

@@ -28,8 +28,10 @@ from aicenter.web.forms import Forms, FormState, form_values
 from aicenter.web.nav import visible_sections
 from aicenter.web.security import (
     CSRF_FIELD,
+    FLASH_COOKIE,
     WORKSPACE_COOKIE,
     FlashLevel,
+    add_page_headers,
     clear_flash,
     read_flash,
     safe_next,
@@ -227,9 +229,9 @@ def render(
         },
     )
     response = HTMLResponse(html, status_code=status)
-    if flash is not None or cx.request.cookies.get("aicenter_flash"):
+    if FLASH_COOKIE in cx.request.cookies:
         clear_flash(response, cx.ctx.settings)
-    return response
+    return add_page_headers(response)
 
 
 def redirect(cx: Console, url: str, message: str | None = None, level: FlashLevel = "success") -> Response:

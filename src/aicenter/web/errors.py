@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from aicenter.core.errors import AicenterError, Unauthenticated
 from aicenter.web.console import CsrfRejected, LoginRequired
-from aicenter.web.security import clear_session_cookie
+from aicenter.web.security import add_page_headers, clear_session_cookie
 from aicenter.web.templating import render_template
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,9 @@ def error_page(request: Request, status: int, message: str, *, title: str | None
             "request_id": getattr(request.state, "request_id", None),
         },
     )
-    return HTMLResponse(html, status_code=status)
+    response = HTMLResponse(html, status_code=status)
+    add_page_headers(response)
+    return response
 
 
 def login_redirect(request: Request, next_path: str, *, stale_cookie: bool) -> Response:

@@ -72,37 +72,35 @@ async def test_set_quota_normalizes_and_grants_the_pool(client: httpx.AsyncClien
     assert [(q["pool_name"], q["maximum"]) for q in listed.json()] == [("gpu", {"cpu": 500})]
 
 
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ({"maximum": {"memory": "16Gx"}}, "maximum.memory"),
-        ({"guaranteed": {"gpus": 1}}, "guaranteed.gpus"),
-        ({"maximum": {"nvidia-h100": 1}}, "maximum.nvidia-h100"),
-        ({"maximum": {"cpu": -1}}, "maximum.cpu"),
-        ({"maximum": {"cpu": "-1"}}, "maximum.cpu"),
-        ({"guaranteed": {"memory": -5}}, "guaranteed.memory"),
-        ({"maximum": {"accelerators": -2}}, "maximum.accelerators"),
-        ({"maximum": {"accelerators": 1.5}}, "maximum.accelerators"),
-        ({"maximum": {"nvidia-a100": "two"}}, "maximum.nvidia-a100"),
-        ({"guaranteed": {"cpu": "8"}, "maximum": {"cpu": "4"}}, "guaranteed.cpu"),
-        ({"guaranteed": {"nvidia-a100": 4}, "maximum": {"accelerators": 2}}, "guaranteed.nvidia-a100"),
-        ({"maximum": {"memory": "9" * 400}}, "maximum.memory"),
-        ({"maximum": {"accelerators": 2**70}}, "maximum.accelerators"),
-        ({"guaranteed": {"cpu": True}}, "guaranteed.cpu"),
-        ({"maximum": {"memory": {"value": 1}}}, "maximum.memory"),
-        ({"maximum": {}, "limits": {}}, "limits"),
-    ],
-)
-async def test_bad_quotas_are_refused_and_change_nothing(
-    client: httpx.AsyncClient, db: Database, body: dict[str, Any], field: str
-) -> None:
+BAD_QUOTAS: list[tuple[dict[str, Any], str]] = [
+    ({"maximum": {"memory": "16Gx"}}, "maximum.memory"),
+    ({"guaranteed": {"gpus": 1}}, "guaranteed.gpus"),
+    ({"maximum": {"nvidia-h100": 1}}, "maximum.nvidia-h100"),
+    ({"maximum": {"cpu": -1}}, "maximum.cpu"),
+    ({"maximum": {"cpu": "-1"}}, "maximum.cpu"),
+    ({"guaranteed": {"memory": -5}}, "guaranteed.memory"),
+    ({"maximum": {"accelerators": -2}}, "maximum.accelerators"),
+    ({"maximum": {"accelerators": 1.5}}, "maximum.accelerators"),
+    ({"maximum": {"nvidia-a100": "two"}}, "maximum.nvidia-a100"),
+    ({"guaranteed": {"cpu": "8"}, "maximum": {"cpu": "4"}}, "guaranteed.cpu"),
+    ({"guaranteed": {"nvidia-a100": 4}, "maximum": {"accelerators": 2}}, "guaranteed.nvidia-a100"),
+    ({"maximum": {"memory": "9" * 400}}, "maximum.memory"),
+    ({"maximum": {"accelerators": 2**70}}, "maximum.accelerators"),
+    ({"guaranteed": {"cpu": True}}, "guaranteed.cpu"),
+    ({"maximum": {"memory": {"value": 1}}}, "maximum.memory"),
+    ({"maximum": {}, "limits": {}}, "limits"),
+]
+
+
+async def test_bad_quotas_are_refused_and_change_nothing(client: httpx.AsyncClient, db: Database) -> None:
     admin, ws, pool = await _setup(db, client)
     assert (await _put(client, admin, ws, pool, {"maximum": {"cpu": 8}})).status_code == 200
     before = await _stored(db)
-    r = await _put(client, admin, ws, pool, body)
-    assert r.status_code == 422, r.text
-    assert r.json()["error"]["code"] == "validation_failed"
-    assert r.json()["error"]["details"]["field"] == field
+    for body, field in BAD_QUOTAS:
+        r = await _put(client, admin, ws, pool, body)
+        assert r.status_code == 422, (body, r.text)
+        assert r.json()["error"]["code"] == "validation_failed"
+        assert r.json()["error"]["details"]["field"] == field, (body, r.text)
     assert await _stored(db) == before
 
 

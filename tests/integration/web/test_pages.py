@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from aicenter.db.engine import Database
+from aicenter.db.models import User
 from aicenter.services import inventory
 from aicenter.web.nav import NAV
 from tests.factories import ADMIN, make_user
@@ -29,21 +30,33 @@ class Seeded:
 async def seeded(db: Database, client: httpx.AsyncClient) -> Seeded:
     alice = await make_user(db, client, "alice")
     async with db.write() as session:
-        kind = await inventory.create_accelerator_type(session, ADMIN, name="nvidia-a100", vendor="nvidia", memory="80Gi")
+        kind = await inventory.create_accelerator_type(
+            session, ADMIN, name="nvidia-a100", vendor="nvidia", memory="80Gi"
+        )
         pool = await inventory.create_pool(session, ADMIN, name="a100", selector={"gpu": "a100"})
         spec = await inventory.create_spec(
-            session, ADMIN, name="gpu-a100-1", cpu="8", memory="64Gi", accelerators=1,
-            accelerator_type="nvidia-a100", price_per_hour="2.5",
+            session,
+            ADMIN,
+            name="gpu-a100-1",
+            cpu="8",
+            memory="64Gi",
+            accelerators=1,
+            accelerator_type="nvidia-a100",
+            price_per_hour="2.5",
         )
         node = await inventory.create_node(
-            session, ADMIN, name="gpu-01", cpu="64", memory="512Gi", labels={"gpu": "a100"},
+            session,
+            ADMIN,
+            name="gpu-01",
+            cpu="64",
+            memory="512Gi",
+            labels={"gpu": "a100"},
             accelerators=[inventory.AcceleratorInput(index=i, type="nvidia-a100") for i in range(2)],
         )
     async with db.read() as session:
-        from aicenter.db.models import User
-
         user = await session.get(User, alice.user_id)
-        assert user is not None and user.default_workspace_id is not None
+        assert user is not None
+        assert user.default_workspace_id is not None
     return Seeded(alice.user_id, user.default_workspace_id, kind.id, spec.id, pool.pool.id, node.node.id)
 
 
@@ -98,8 +111,16 @@ async def test_admin_pages_are_hidden_and_refused_for_members(open_browser: Open
 
 async def test_member_pages_render(open_browser: OpenBrowser, seeded: Seeded) -> None:
     alice = await open_browser("alice")
-    for path in ("/", "/profile", "/tokens", "/workspaces", f"/workspaces/{seeded.workspace_id}", "/specs",
-                 "/pools", "/accelerator-types"):
+    for path in (
+        "/",
+        "/profile",
+        "/tokens",
+        "/workspaces",
+        f"/workspaces/{seeded.workspace_id}",
+        "/specs",
+        "/pools",
+        "/accelerator-types",
+    ):
         response = await alice.get(path)
         assert response.status_code == 200, (path, response.text[:500])
 

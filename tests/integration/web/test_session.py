@@ -33,8 +33,14 @@ async def test_login_page_has_stable_fields(open_browser: OpenBrowser) -> None:
     browser = await open_browser()
     page = await browser.get("/login")
     assert page.status_code == 200
-    for marker in ('id="login-username"', 'name="username"', 'id="login-password"', 'name="password"',
-                   'data-testid="login-submit"', 'name="csrf_token"'):
+    for marker in (
+        'id="login-username"',
+        'name="username"',
+        'id="login-password"',
+        'name="password"',
+        'data-testid="login-submit"',
+        'name="csrf_token"',
+    ):
         assert marker in page.text
     assert "aicenter_login_csrf=" in page.headers["set-cookie"]
     assert "https://" not in page.text  # nothing from a CDN
@@ -175,8 +181,15 @@ async def test_unknown_page_is_a_friendly_404(admin: Browser, open_browser: Open
         assert response.status_code == 404
         assert response.headers["content-type"].startswith("text/html")
         assert "Page not found" in response.text
-    for path in ("/workspaces/987654", "/users/987654", "/nodes/987654", "/specs/987654", "/pools/987654",
-                 "/accelerator-types/987654", "/workspaces/abc"):
+    for path in (
+        "/workspaces/987654",
+        "/users/987654",
+        "/nodes/987654",
+        "/specs/987654",
+        "/pools/987654",
+        "/accelerator-types/987654",
+        "/workspaces/abc",
+    ):
         response = await admin.get(path)
         assert response.status_code == 404, path
         assert 'data-testid="error-page"' in response.text
@@ -191,10 +204,13 @@ async def test_static_assets_are_served(open_browser: OpenBrowser) -> None:
     assert css.status_code == 200
     assert "text/css" in css.headers["content-type"]
     assert (await browser.get("/static/console.js")).status_code == 200
-    assert "@import" not in css.text and "url(http" not in css.text
+    assert "@import" not in css.text
+    assert "url(http" not in css.text
 
 
-async def test_workspace_switcher(open_browser: OpenBrowser, admin: Browser, db: Database, client: httpx.AsyncClient) -> None:
+async def test_workspace_switcher(
+    open_browser: OpenBrowser, admin: Browser, db: Database, client: httpx.AsyncClient
+) -> None:
     await make_user(db, client, "alice")
     await make_user(db, client, "bob")
     alice = await open_browser("alice")
@@ -214,8 +230,18 @@ async def test_workspace_switcher(open_browser: OpenBrowser, admin: Browser, db:
     assert f"aicenter_workspace={bob_ws}" in response.headers["set-cookie"]
     home = await alice.get("/")
     assert 'data-testid="home-workspace"' in home.text
-    assert '>bob</a>' in home.text
+    assert ">bob</a>" in home.text
     # Platform admins may pick any workspace.
     response = await admin.post("/workspace", {"workspace_id": bob_ws, "next": "/"})
     assert f"aicenter_workspace={bob_ws}" in response.headers["set-cookie"]
     assert "(admin view)" in (await admin.get("/")).text
+
+
+async def test_pages_carry_a_strict_content_security_policy(admin: Browser, open_browser: OpenBrowser) -> None:
+    pages = [await admin.get("/"), await admin.get("/nope"), await (await open_browser()).get("/login")]
+    for page in pages:
+        assert "script-src" not in page.headers["content-security-policy"]  # default-src 'self': no inline script
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "<script>" not in page.text
+        assert ' style="' not in page.text

@@ -15,6 +15,7 @@ from aicenter.scheduler import (
     Preempt,
     Quota,
     ReplicaRequest,
+    Reserve,
     Scheduler,
     Task,
 )
@@ -121,10 +122,18 @@ def test_no_decision_oversubscribes(scenario: tuple[ClusterState, list[Job], str
     for _ in range(4):
         res = sched.cycle(state, list(pending.values()), now)
         _check(state)
+        reserved: Reserve | None = None
         for d in res.decisions:
-            if isinstance(d, Place):
+            if isinstance(d, Reserve):
+                reserved = d
+            elif isinstance(d, Place):
                 job = pending.pop(d.job_id)
                 assert len(d.placements) >= job.gang_min  # gang: never partial
+                if reserved is not None and {p.node for p in d.placements} & set(reserved.nodes):
+                    # Backfill never delays the reservation: only jobs that end before it starts use its nodes.
+                    assert reserved.start_at is not None
+                    assert job.estimate_s is not None
+                    assert now + job.estimate_s <= reserved.start_at
             elif isinstance(d, Preempt):
                 assert d.job_id not in state.running
         assert set(res.pending) == set(pending) - set(state.running)

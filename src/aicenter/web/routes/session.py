@@ -14,9 +14,12 @@ from aicenter.core.roles import TokenKind
 from aicenter.services import auth, tenancy
 from aicenter.web.console import Post, redirect
 from aicenter.web.security import (
+    FLASH_COOKIE,
     LOGIN_CSRF_COOKIE,
     WORKSPACE_COOKIE,
+    add_page_headers,
     check_login_csrf,
+    clear_flash,
     clear_session_cookie,
     login_csrf_pair,
     read_flash,
@@ -50,9 +53,9 @@ def _login_form(
     )
     response = HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
     set_login_csrf_cookie(response, ctx.settings, nonce)
-    if flash is not None:
-        response.delete_cookie("aicenter_flash", path="/")
-    return response
+    if FLASH_COOKIE in request.cookies:
+        clear_flash(response, ctx.settings)
+    return add_page_headers(response)
 
 
 @router.get("/login")

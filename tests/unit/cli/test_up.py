@@ -1,0 +1,103 @@
+"""``aicenter up`` as a real process: first start prints the admin password once, restarts keep the data,
+SIGINT and SIGTERM exit 0. Start-up time is measured by bench-style scripts, never asserted here."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from aicenter.client import Client
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+READY = re.compile(r"aicenter is ready at (http://\S+) \(console\)")
+PASSWORD = re.compile(r"Created platform admin 'admin' with password: (\S+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Up:
+    """One ``aicenter up`` process; collects its output until it is ready."""
+
+    def __init__(self, home: Path, *extra: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AICENTER_")}
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aicenter.cli", "up", "--home", str(home), "--port", str(self.port), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 60
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if READY.search(line):
+                return
+        self.proc.kill()
+        raise AssertionError("aicenter up did not become ready:\n" + "\n".join(self.lines))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, sig: int) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        rest, _ = self.proc.communicate(timeout=30)
+        return self.proc.returncode, "\n".join(self.lines) + "\n" + rest
+
+
+def test_first_start_prints_password_once_and_restarts_keep_data(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = Up(home)
+    output = "\n".join(first.lines)
+    match = PASSWORD.search(output)
+    assert match, output
+    password = match.group(1)
+    assert f"aicenter is ready at {first.url} (console) — API docs at /api/docs" in output
+    assert httpx.get(first.url + "/api/v1/health").status_code == 200
+    with Client(first.url) as api:
+        api.login("admin", password)
+        api.create_workspace("kept")
+    code, output = first.stop(signal.SIGINT)
+    assert code == 0, output
+    assert "Traceback" not in output
+
+    second = Up(home)
+    with Client(second.url) as api:
+        api.login("admin", password)
+        assert [w.name for w in api.list_workspaces(name="kept")] == ["kept"]
+    code, output = second.stop(signal.SIGTERM)
+    assert code == 0, output
+    assert "password" not in output
+    assert "Traceback" not in output
+    assert (home / "aicenter.db").exists()
+
+
+def test_workers_share_the_port(tmp_path: Path) -> None:
+    up = Up(tmp_path / "home", "--workers", "2")
+    output = "\n".join(up.lines)
+    assert PASSWORD.search(output), output
+    assert output.count("Created platform admin") == 1
+    for _ in range(4):
+        assert httpx.get(up.url + "/api/v1/health").status_code == 200
+    code, output = up.stop(signal.SIGTERM)
+    assert code == 0, output
