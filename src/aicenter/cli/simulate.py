@@ -29,10 +29,10 @@ def _date(value: str | None, option: str) -> Any:
 class _Progress:
     """Progress on stderr, at most once a second; nothing for runs shorter than that."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, fill: bool = False) -> None:
         self.enabled = enabled
+        self.fill = fill
         self.policy = ""
-        self.tty = sys.stderr.isatty()
         self.began = time.perf_counter()
 
     def start(self, policy: str) -> None:
@@ -43,11 +43,11 @@ class _Progress:
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self.began
-        line = f"[{self.policy}] {done:,}/{total:,} jobs, simulated {now / 86400:.1f} d, {elapsed:.0f} s"
-        if self.tty:
-            sys.stderr.write("\r" + line + ("\n" if done >= total else ""))
+        if self.fill:
+            line = f"[{self.policy}] {done:,}/{total:,} tasks, {now:,.0f} GPUs arrived, {elapsed:.0f} s"
         else:
-            sys.stderr.write(line + "\n")
+            line = f"[{self.policy}] {done:,}/{total:,} jobs, simulated {now / 86400:.1f} d, {elapsed:.0f} s"
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
 
@@ -130,7 +130,7 @@ def simulate(
             options=options,
             limit=limit,
         )
-        progress = _Progress(enabled=not quiet)
+        progress = _Progress(enabled=not quiet, fill=mode == "fill")
         results = run(sim, progress=progress, on_policy=progress.start)
         doc = report(sim, results)
         if json_out == "-":

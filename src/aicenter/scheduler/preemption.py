@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .admission import is_borrowing
-from .model import Job, ReplicaPlacement, RunningJob
+from .model import FULL_MILLI, Job, ReplicaPlacement, RunningJob
 from .placement import Placer
 from .state import ClusterState
 
@@ -36,6 +36,31 @@ class Eviction:
 def _preference(rj: RunningJob, now: float, rank: float) -> tuple[float, float, float]:
     ckpt = now - rj.job.last_checkpoint_at if rj.job.last_checkpoint_at is not None else float("inf")
     return (rank, ckpt, now - rj.started_at)
+
+
+def _could_fit(state: ClusterState, job: Job, victims: list[RunningJob]) -> bool:
+    """Cheap necessary condition before the what-if releases: enough devices in all, and for the largest
+    whole-device replica, one node with enough devices once the victims leave."""
+    need = job.accelerator_milli
+    if need == 0:
+        return True
+    pool = state.ready & state.pool_mask(job.pool)
+    free = int(state.dev_free[pool].sum())
+    if free + sum(v.accelerator_milli for v in victims) < need:
+        return False
+    g = max((t.request.accelerators for t in job.tasks), default=0)
+    if g <= 1:
+        return True
+    gain: dict[int, int] = {}
+    for v in victims:
+        for p in v.placements:
+            if len(p.devices) and p.accelerator_milli >= FULL_MILLI * len(p.devices):
+                i = state.index[p.node]
+                gain[i] = gain.get(i, 0) + len(p.devices)
+    ff = state.full_free_all
+    if int(ff[pool].max(initial=0)) >= g:
+        return True
+    return any(pool[i] and ff[i] + n >= g for i, n in gain.items())
 
 
 def find_eviction(
@@ -70,27 +95,28 @@ def find_eviction(
     cands: list[tuple[tuple[float, float, float], str, RunningJob, str]] = []
     for rj in state.running.values():
         v = rj.job
-        if not v.preemptible or v.pool != job.pool or (v.workspace == job.workspace and not (rank(rj) < job_rank)):
+        if not v.preemptible or v.pool != job.pool:
             continue
         if rj.by_preemption and now - rj.started_at < protect_s:
             continue
-        r = rank(rj)
-        why = ""
+        r = rank(rj)  # once per job: for LAS this is the costly part of the scan
         if r < job_rank:
-            why = "lower rank"
+            why = f"preempted for job {job.id} of higher rank"
         elif reclaim and v.workspace != job.workspace:
             if v.workspace not in borrowing:
                 borrowing[v.workspace] = is_borrowing(state, v.workspace, v.pool)
-            if borrowing[v.workspace]:
-                why = f"workspace {job.workspace} reclaims its guaranteed quota lent to {v.workspace}"
-        if why:
-            if why == "lower rank":
-                why = f"preempted for job {job.id} of higher rank"
-            cands.append((_preference(rj, now, r), v.id, rj, why))
+            if not borrowing[v.workspace]:
+                continue
+            why = f"workspace {job.workspace} reclaims its guaranteed quota lent to {v.workspace}"
+        else:
+            continue
+        cands.append((_preference(rj, now, r), v.id, rj, why))
     if not cands:
         return None
     cands.sort(key=lambda c: (c[0], c[1]))
     cands = cands[:max_victims]
+    if not _could_fit(state, job, [c[2] for c in cands]):
+        return None
     released: dict[str, tuple[RunningJob, str]] = {}
     for _, jid, _rj, why in cands:
         released[jid] = (state.release(jid), why)

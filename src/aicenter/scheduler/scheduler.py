@@ -84,13 +84,15 @@ class Scheduler:
         reserved_mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None
         blocker: Job | None = None
         examined: set[str] = set()
+        already: list[str] = []
         self._demoted = {}
         preemptions_left = 16  # bounds a cycle's cost when a full cluster meets a high-priority backlog
         for job in jobs:
             if len(examined) >= limit:
                 break
             examined.add(job.id)
-            if job.id in state.running:
+            if job.id in state.running:  # the caller's pending list is stale; nothing to decide
+                already.append(job.id)
                 continue
             if blocker is not None:
                 result.pending[job.id] = f"waiting behind job {blocker.id} (strict order, no backfill)"
@@ -148,6 +150,8 @@ class Scheduler:
         for d in result.decisions:
             if isinstance(d, Place):
                 reasons.pop(d.job_id, None)
+        for jid in already:
+            reasons.pop(jid, None)
         result.pending = reasons
         return result
 
@@ -215,10 +219,19 @@ class Scheduler:
                 if q >= len(p.las_thresholds) or not self._any_attained(state, p.las_thresholds[q], now):
                     return False
 
+        thresholds = p.las_thresholds
+
         def rank(rj: RunningJob) -> float:
-            if ranker is not None:
-                return -float(ranker.running(rj))
-            return float(rj.job.priority)
+            if ranker is None:
+                return float(rj.job.priority)
+            # Inline LAS queue of a running job (~0.5 us instead of ~2.5 us through LasRank).
+            attained = rj.job.attained_service + rj.accelerator_milli / FULL_MILLI * (now - rj.started_at)
+            q = 0
+            for t in thresholds:
+                if attained < t:
+                    break
+                q += 1
+            return -float(q)
 
         ev = find_eviction(
             state,

@@ -392,7 +392,7 @@ class Simulator:
                     break
                 passes += 1
         if progress is not None:
-            progress(len(self.jobs), len(self.jobs), arrived)
+            progress(placed, len(self.jobs), arrived)
         return FillOutcome(
             total_gpus=self.total_gpus,
             allocated_gpus=self.allocated,

@@ -23,7 +23,8 @@ def _thin(t: Sequence[float], v: Sequence[float]) -> tuple[FloatArray, FloatArra
     if ts.size <= _MAX_POINTS:
         return ts, vs
     step = int(np.ceil(ts.size / _MAX_POINTS))
-    return ts[::step], vs[::step]
+    keep = np.append(np.arange(0, ts.size, step), ts.size - 1)  # the last sample shows how the run ended
+    return ts[keep], vs[keep]
 
 
 def plot_results(results: Sequence[SimResult], path: str | Path, title: str = "") -> Path:

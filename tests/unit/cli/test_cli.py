@@ -337,3 +337,15 @@ def test_version_and_registered_commands(run: Run) -> None:
     assert as_json(run("version", "-o", "json")) == {"version": __version__}
     assert "--workers" in run("up", "--help").stdout
     assert "--trace" in run("simulate", "--help").stdout
+
+
+def test_json_output_is_exactly_the_api_json(admin_cli: Run, server_url: str, home: Path) -> None:
+    import httpx
+
+    token = tomllib.loads((home / "config.toml").read_text())["profiles"]["default"]["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert admin_cli("workspace", "create", "exact").exit_code == 0
+    raw = httpx.get(f"{server_url}/api/v1/workspaces", params={"name": "exact"}, headers=headers).json()
+    assert as_json(admin_cli("workspace", "get", "exact", "-o", "json")) == raw["items"][0]
+    raw_pools = httpx.get(f"{server_url}/api/v1/pools", headers=headers).json()["items"]
+    assert as_json(admin_cli("pool", "list", "-o", "json")) == raw_pools

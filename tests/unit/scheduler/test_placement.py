@@ -155,3 +155,26 @@ def test_cpu_only_job() -> None:
     assert res.placed[0].placements[0].devices == ()
     res = _place("default", state, job("d", 0, cpu=100_000))
     assert res.pending["d"] == "needs 100 cpu on one node; the most free on one node is 60"
+
+
+def test_pools_are_separate() -> None:
+    state = ClusterState([node("a0", 8, pool="a"), node("b0", 8, pool="b")])
+    res = _place("default", state, job("j", 8, pool="b"), job("k", 8, pool="b"))
+    assert nodes_of(res.placed[0].placements) == ["b0"]
+    assert res.pending["k"] == "needs 8 accelerators on one node; the most free on one node is 0"
+
+
+def test_gang_off_starts_what_fits() -> None:
+    state = cluster(2)
+    res = _place({"gang": False}, state, job("j", 8, replicas=3))
+    assert [len(p.placements) for p in res.placed] == [2]
+
+
+def test_stale_pending_entry_is_ignored() -> None:
+    state = cluster(1)
+    sched = Scheduler("default")
+    first = job("j", 1)
+    sched.cycle(state, [first], 0.0)
+    res = sched.cycle(state, [first], 1.0)
+    assert res.decisions == []
+    assert res.pending == {}
