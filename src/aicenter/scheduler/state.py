@@ -143,6 +143,9 @@ class ClusterState:
         self.dev_count = self.dev_exists.sum(axis=1)
         self.ready = np.array([x.state == "ready" for x in nodes], dtype=bool)
         self.epoch = np.zeros(n, dtype=np.int64)
+        self.version = getattr(self, "version", 0) + 1
+        """Bumped by every committed change (allocate, release, node state, nodes): equal versions mean
+        equal capacity, so a cycle can reuse a failed placement for jobs of the same shape."""
         """Bumped whenever a node's free capacity changes; lets scorers cache per-node values."""
         self.cache_capacity = np.array([x.cache_capacity_mib for x in nodes], dtype=np.int64)
         self.cached: list[dict[str, int]] = [dict(x.cached) for x in nodes]
@@ -195,6 +198,7 @@ class ClusterState:
         if i < 0:
             raise NotFound(f"node {name!r} not found")
         self._nodes[i] = replace(self._nodes[i], state=state)
+        self.version += 1
         self.ready[i] = state == "ready"
         self.epoch[i] += 1
 
@@ -326,6 +330,7 @@ class ClusterState:
             if m > self.dev_free[i, j] or need_dev_mem[(i, j)] > self.dev_mem_free[i, j]:
                 raise Conflict(f"job {job.id} oversubscribes device {j} of node {self._nodes[i].name}")
         self._apply(job, placements, +1)
+        self.version += 1
         rj = RunningJob(job=job, placements=placements, started_at=now, by_preemption=by_preemption)
         self.running[job.id] = rj
         for i in {self.index[p.node] for p in placements}:
@@ -347,6 +352,7 @@ class ClusterState:
         rj = self.running.pop(job_id, None)
         if rj is None:
             raise NotFound(f"job {job_id} holds no resources")
+        self.version += 1
         self._apply(rj.job, rj.placements, -1)
         for i in {self.index[p.node] for p in rj.placements}:
             self.node_jobs[i].pop(job_id, None)
