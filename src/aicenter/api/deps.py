@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from dataclasses import replace
 from typing import Annotated
 
@@ -21,7 +22,7 @@ CSRF_HEADER = "x-csrf-token"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
     ctx: AppContext = request.app.state.ctx
     return ctx
 
@@ -95,16 +96,21 @@ async def current_actor(request: Request, ctx: Ctx) -> Actor:
 CurrentActor = Annotated[Actor, Depends(current_actor)]
 
 
+@dataclass(frozen=True, slots=True)
 class PageParams:
     """``?limit=&cursor=`` on every list operation."""
 
-    def __init__(
-        self,
-        limit: Annotated[int, Query(ge=1, le=500, description="Items per page.")] = 50,
-        cursor: Annotated[str | None, Query(description="The next_cursor of the previous page.")] = None,
-    ) -> None:
-        self.limit = limit
-        self.cursor = cursor
+    limit: int
+    cursor: str | None
 
 
-Paging = Annotated[PageParams, Depends()]
+async def _page_params(
+    limit: Annotated[int, Query(ge=1, le=500, description="Items per page.")] = 50,
+    cursor: Annotated[str | None, Query(description="The next_cursor of the previous page.")] = None,
+) -> PageParams:
+    return PageParams(limit, cursor)
+
+
+# Dependencies are `async def` throughout: FastAPI runs a plain `def` dependency in a worker thread,
+# one thread hop per request.
+Paging = Annotated[PageParams, Depends(_page_params)]
