@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import Depends, Query, Request

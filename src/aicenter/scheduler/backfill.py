@@ -78,11 +78,9 @@ def reserve(state: ClusterState, job: Job, now: float, topology: bool) -> Reserv
     if int(total_cap.sum()) < k:
         return None
     ends: list[tuple[float, int, int, int, int]] = []  # (end, node, devices, cpu, mem) per replica
-    unknown = False
     for rj in state.running.values():
         end = rj.expected_end()
         if end is None:
-            unknown = True
             continue
         req = {t.name: t.request for t in rj.job.tasks}
         for p in rj.placements:
@@ -114,7 +112,6 @@ def reserve(state: ClusterState, job: Job, now: float, topology: bool) -> Reserv
             assert choice is not None
             return Reservation(job.id, tuple(sorted(i for i, _ in choice.nodes)), times[lo - 1])
     # No estimates (or not enough): hold the roomiest nodes, under one leaf when one is big enough.
-    del unknown
     now_ff = state.full_free_all if r.accelerators else np.zeros_like(state.full_free_all)
     cand = np.flatnonzero(total_cap)
     leaf_total = np.bincount(state.leaf_of[cand], weights=total_cap[cand], minlength=len(state.leaf_names))

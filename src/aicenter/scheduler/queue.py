@@ -11,7 +11,6 @@ dynamically.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
@@ -198,4 +197,4 @@ def rank_of(job: Job, policy: PolicyConfig, ranker: LasRank | None) -> float:
     """A number that must be strictly lower for a victim than for its preemptor (no preemption loops)."""
     if ranker is not None:
         return -float(ranker.pending(job))
-    return float(job.priority) if math.isfinite(job.priority) else 0.0
+    return float(job.priority)

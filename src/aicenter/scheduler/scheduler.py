@@ -104,8 +104,9 @@ class Scheduler:
                 if refusal:
                     result.pending[job.id] = refusal
                     continue
-            demand = job_demand(job)
-            refusal = quota_refusal(state, job, demand)
+            # Demand matters only under a quota (maximum, guarantee); skip the sums otherwise.
+            demand = job_demand(job) if (job.workspace, job.pool) in state.quotas else {}
+            refusal = quota_refusal(state, job, demand) if demand else None
             if refusal:
                 result.pending[job.id] = refusal
                 continue
