@@ -27,7 +27,7 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {"echo": echo}
+        kwargs: dict[str, Any] = {"echo": echo, "pool_reset_on_return": None}
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 30}
             if ":memory:" in url:
@@ -40,7 +40,11 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         write_bind = self.engine.execution_options(sqlite_immediate=True) if self.is_sqlite else self.engine
-        read_bind = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        # SQLite connections are already in driver autocommit (see _configure_sqlite); a flag that skips our
+        # BEGIN avoids the isolation-level switch per checkout, which costs aiosqlite thread hops.
+        read_bind = self.engine.execution_options(
+            **({"sqlite_autocommit": True} if self.is_sqlite else {"isolation_level": "AUTOCOMMIT"})
+        )
         self._read = async_sessionmaker(read_bind, expire_on_commit=False)
         self._write = async_sessionmaker(write_bind, expire_on_commit=False)
 
@@ -75,7 +79,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         options = conn.get_execution_options()
-        if options.get("isolation_level") == "AUTOCOMMIT":
+        if options.get("sqlite_autocommit", False):
             return
         conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("sqlite_immediate", False) else "BEGIN")
 

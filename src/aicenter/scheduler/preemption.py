@@ -117,20 +117,46 @@ def find_eviction(
     cands = cands[:max_victims]
     if not _could_fit(state, job, [c[2] for c in cands]):
         return None
+    # What-if releases: capacity only (``lift``), unless cache affinity reads the running jobs' datasets.
+    light = not job.datasets
+
+    def free(rj: RunningJob) -> RunningJob:
+        if light:
+            state.lift([rj])
+            return rj
+        return state.release(rj.job.id)
+
+    def hold(rj: RunningJob) -> None:
+        if light:
+            state.unlift([rj])
+        else:
+            state.restore(rj)
+
     released: dict[str, tuple[RunningJob, str]] = {}
-    for _, jid, _rj, why in cands:
-        released[jid] = (state.release(jid), why)
+    if light:
+        state.lift([c[2] for c in cands])
+        released = {jid: (rj, why) for _, jid, rj, why in cands}
+    else:
+        for _, jid, _rj, why in cands:
+            released[jid] = (state.release(jid), why)
     out = placer.place(state, job)
     if not out.ok:
-        for rj, _ in released.values():
-            state.restore(rj)
+        if light:
+            state.unlift([rj for rj, _ in released.values()])
+        else:
+            for rj, _ in released.values():
+                state.restore(rj)
         return None
     # Keep only victims on the nodes the preemptor got; give the others back.
-    for jid in list(released):
-        rj, _ = released[jid]
-        if not any(state.index[p.node] in out.nodes for p in rj.placements):
-            state.restore(rj)
-            del released[jid]
+    spared = [
+        jid for jid, (rj, _) in released.items() if not any(state.index[p.node] in out.nodes for p in rj.placements)
+    ]
+    if light:
+        state.unlift([released[jid][0] for jid in spared])
+    for jid in spared:
+        if not light:
+            state.restore(released[jid][0])
+        del released[jid]
 
     # Minimality: try sparing each victim; the smallest first (so the fewest, largest jobs remain victims),
     # among equals the least preferred victim first.
@@ -140,16 +166,20 @@ def find_eviction(
         return (rj.accelerator_milli, (-pref[0], -pref[1], -pref[2]))
 
     for jid in sorted(released, key=spare_order):
-        rj, _ = released[jid]
-        state.restore(rj)
+        rj, why = released[jid]
+        hold(rj)
         trial = placer.place(state, job)
         if trial.ok:
             del released[jid]
             out = trial
         else:
-            state.release(jid)
+            released[jid] = (free(rj) if light else state.release(jid), why)
     if not out.ok:  # pragma: no cover - the last successful trial stands
         return None
+    if light:  # the victims leave for real now
+        state.unlift([rj for rj, _ in released.values()])
+        for jid, (_, why) in list(released.items()):
+            released[jid] = (state.release(jid), why)
     final = placer.place(state, job)
     if not final.ok:  # pragma: no cover - state is as when ``out`` was found
         for rj, _ in released.values():

@@ -149,11 +149,23 @@ def fair_share_order(
         inner[gk] = heap
         lists[gk] = users
     outer: list[tuple[tuple[int, float, float], str, str]] = []
+    # A workspace's rank changes only when usage does (a placement or release): recompute it then only.
+    ranks: dict[tuple[str, str], tuple[int, tuple[int, float, float]]] = {}
+
+    def rank_of_ws(ws: str, pool: str) -> tuple[int, float, float]:
+        if not by_workspace:
+            return (0, 0.0, 0.0)
+        hit = ranks.get((ws, pool))
+        if hit is not None and hit[0] == state.version:
+            return hit[1]
+        rank = _share(state, ws, pool, caps[pool])
+        ranks[(ws, pool)] = (state.version, rank)
+        return rank
+
     for ws, pool in groups:
         if pool not in caps:
             caps[pool] = state.capacity(pool)
-        rank = _share(state, ws, pool, caps[pool]) if by_workspace else (0, 0.0, 0.0)
-        outer.append((rank, ws, pool))
+        outer.append((rank_of_ws(ws, pool), ws, pool))
     heapq.heapify(outer)
     while outer:
         _, ws, pool = heapq.heappop(outer)
@@ -164,8 +176,7 @@ def fair_share_order(
         if pos + 1 < len(jobs):
             heapq.heappush(heap, (load + 1 if rr else 0, priority_key(jobs[pos + 1]), user, pos + 1))
         if heap:
-            rank = _share(state, ws, pool, caps[pool]) if by_workspace else (0, 0.0, 0.0)
-            heapq.heappush(outer, (rank, ws, pool))
+            heapq.heappush(outer, (rank_of_ws(ws, pool), ws, pool))
 
 
 def order(

@@ -20,8 +20,9 @@ from .admission import is_borrowing, quota_refusal, within_guarantee
 from .backfill import Reservation, reserve
 from .cache import plan_evictions
 from .fgd import TaskDistribution
+from .memo import PlacementMemo
 from .model import FULL_MILLI, Admission, CycleResult, Job, Place, Preempt, Reserve, RunningJob
-from .placement import Outcome, Placer
+from .placement import BoolArray, Outcome, Placer
 from .policy import PolicyConfig
 from .preemption import find_eviction
 from .queue import LasRank, order, rank_of
@@ -38,6 +39,8 @@ class Scheduler:
         admission: Hook that refuses a job with a reason (e.g. the billing balance check).
         distribution: FGD task-size distribution; default: the policy's ``fgd_task_classes`` or, when empty,
             learned from the pending jobs the scheduler sees.
+        memoize: Reuse placement failures within a cycle (see ``memo.py``); ``False`` asks the placer for
+            every job (the reference the tests compare against).
 
     Raises:
         ValidationFailed: On a bad policy.
@@ -48,7 +51,9 @@ class Scheduler:
         policy: PolicyConfig | str | Mapping[str, Any] = "default",
         admission: Admission | None = None,
         distribution: TaskDistribution | None = None,
+        memoize: bool = True,
     ) -> None:
+        self.memoize = memoize
         self.policy = PolicyConfig.load(policy)
         self.admission = admission
         if distribution is None:
@@ -86,7 +91,7 @@ class Scheduler:
         blocker: Job | None = None
         examined: set[str] = set()
         already: list[str] = []
-        failed: dict[tuple[object, ...], tuple[int, str]] = {}
+        memo = PlacementMemo(state, p.gang, p.cache_affinity) if self.memoize else None
         self._demoted = {}
         preemptions_left = 16  # bounds a cycle's cost when a full cluster meets a high-priority backlog
         for job in jobs:
@@ -119,35 +124,15 @@ class Scheduler:
                 )
                 if not fits_before:
                     allowed = outside_reservation
-            # Jobs of one shape fail alike while the state is unchanged (kube-scheduler's equivalence
-            # classes): with a backlog of hundreds of 1-GPU jobs on a full cluster this skips ~95% of the
-            # placement attempts.
-            shape = (job.pool, job.tasks, job.gang_min, allowed is None)
-            cached = failed.get(shape)
-            if cached is not None and cached[0] == state.version:
-                out = Outcome(reason=cached[1])
-            else:
-                out = self.placer.place(state, job, allowed)
-                if not out.ok:
-                    failed[shape] = (state.version, out.reason)
-            if out.ok and self._commit(state, job, out, now, result, by_preemption=False):
+            out, reason, behind = self._try_place(state, job, allowed, memo)
+            if out is not None and out.ok and self._commit(state, job, out, now, result, by_preemption=False):
                 continue
-            reason = out.reason
-            if out.ok:  # placed but refused by a per-type quota maximum
-                result.pending[job.id] = reason or "over quota"
+            if out is not None and out.ok:  # placed but refused by a per-type quota maximum
+                result.pending[job.id] = out.reason or "over quota"
                 continue
-            if allowed is not None and reservation is not None:
-                free_shape = (job.pool, job.tasks, job.gang_min, True)
-                cached = failed.get(free_shape)
-                if cached is not None and cached[0] == state.version:
-                    reason = cached[1]
-                else:
-                    free_try = self.placer.place(state, job)
-                    if free_try.ok:
-                        result.pending[job.id] = f"behind the reservation of job {reservation.job_id}"
-                        continue
-                    reason = free_try.reason
-                    failed[free_shape] = (state.version, reason)
+            if behind and reservation is not None:
+                result.pending[job.id] = f"behind the reservation of job {reservation.job_id}"
+                continue
             if p.preemption and preemptions_left > 0 and allowed is None:
                 preemptions_left -= 1
                 if self._preempt(state, job, now, result, ranker, demand):
@@ -174,6 +159,51 @@ class Scheduler:
             reasons.pop(jid, None)
         result.pending = reasons
         return result
+
+    def _try_place(
+        self, state: ClusterState, job: Job, allowed: BoolArray | None, memo: PlacementMemo | None
+    ) -> tuple[Outcome | None, str, bool]:
+        """Place ``job`` (outside the reservation when ``allowed`` is set), asking the memo first.
+
+        Returns:
+            The outcome when the placer ran (``None`` when the memo knew the answer), the reason when it does
+            not fit, and whether it would fit on all nodes (so only the reservation holds it back).
+        """
+        restricted = allowed is not None
+        if memo is None:
+            out = self.placer.place(state, job, allowed)
+            if out.ok or not restricted:
+                return out, out.reason, False
+            free_try = self.placer.place(state, job)
+            return out, free_try.reason, free_try.ok
+        shape = memo.shape(job)
+        # Known not to fit on all nodes: it fits nowhere, outside the reservation neither.
+        known, why = memo.failure(shape, False)
+        if known:
+            if why is None:
+                why = self.placer.explain(state, job)
+                memo.record_failure(shape, False, why)
+            return None, why, False
+        if restricted:
+            known, why = memo.failure(shape, True)
+            if not known:
+                out = self.placer.place(state, job, allowed)
+                if out.ok:
+                    return out, "", False
+                memo.record_failure(shape, True, out.reason)
+            # Outside the reservation it does not fit; on all nodes? (decides the reason only)
+            if memo.fits(shape):
+                return None, "", True
+            free_try = self.placer.place(state, job)
+            if free_try.ok:
+                memo.record_fit(shape)
+                return None, "", True
+            memo.record_failure(shape, False, free_try.reason)
+            return None, free_try.reason, False
+        out = self.placer.place(state, job)
+        if not out.ok:
+            memo.record_failure(shape, False, out.reason)
+        return out, out.reason, False
 
     def _commit(
         self, state: ClusterState, job: Job, out: Outcome, now: float, result: CycleResult, by_preemption: bool

@@ -143,10 +143,14 @@ class ClusterState:
         self.dev_count = self.dev_exists.sum(axis=1)
         self.ready = np.array([x.state == "ready" for x in nodes], dtype=bool)
         self.epoch = np.zeros(n, dtype=np.int64)
+        """Per node: bumped whenever its free capacity changes; lets scorers cache per-node values."""
         self.version = getattr(self, "version", 0) + 1
         """Bumped by every committed change (allocate, release, node state, nodes): equal versions mean
-        equal capacity, so a cycle can reuse a failed placement for jobs of the same shape."""
-        """Bumped whenever a node's free capacity changes; lets scorers cache per-node values."""
+        equal capacity."""
+        self.freed_version = getattr(self, "freed_version", 0) + 1
+        """Bumped by every change that can make room (release, node state, nodes, cache drops), not by
+        ``allocate``: while it is unchanged capacity only shrank, so a placement that failed still fails
+        (the scheduler's per-cycle failure memo relies on it)."""
         self.cache_capacity = np.array([x.cache_capacity_mib for x in nodes], dtype=np.int64)
         self.cached: list[dict[str, int]] = [dict(x.cached) for x in nodes]
         self.cache_used = np.array([sum(c.values()) for c in self.cached], dtype=np.int64)
@@ -199,6 +203,7 @@ class ClusterState:
             raise NotFound(f"node {name!r} not found")
         self._nodes[i] = replace(self._nodes[i], state=state)
         self.version += 1
+        self.freed_version += 1
         self.ready[i] = state == "ready"
         self.epoch[i] += 1
 
@@ -353,6 +358,7 @@ class ClusterState:
         if rj is None:
             raise NotFound(f"job {job_id} holds no resources")
         self.version += 1
+        self.freed_version += 1
         self._apply(rj.job, rj.placements, -1)
         for i in {self.index[p.node] for p in rj.placements}:
             self.node_jobs[i].pop(job_id, None)
@@ -362,6 +368,70 @@ class ClusterState:
             del self.priorities[rj.job.priority]
         self.user_jobs[(rj.job.workspace, rj.job.user)] -= 1
         return rj
+
+    def lift(self, rjs: Iterable[RunningJob]) -> None:
+        """Low level what-if: free the capacity of running jobs but keep them running in every other respect
+        (usage, indexes of jobs, versions); undo with ``unlift``. Vectorised: one pass for many jobs."""
+        self._shift(rjs, +1)
+
+    def unlift(self, rjs: Iterable[RunningJob]) -> None:
+        """Undo ``lift``."""
+        self._shift(rjs, -1)
+
+    def _footprint(self, rj: RunningJob) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]:
+        """(replica nodes, cpu, memory, device nodes, device columns, device milli, device memory) of a job."""
+        requests = {t.name: t.request for t in rj.job.tasks}
+        nodes: list[int] = []
+        cpu: list[int] = []
+        mem: list[int] = []
+        dn: list[int] = []
+        dc: list[int] = []
+        dm: list[int] = []
+        dmem: list[int] = []
+        for p in rj.placements:
+            r = requests[p.task]
+            i = self.index[p.node]
+            nodes.append(i)
+            cpu.append(r.cpu_milli)
+            mem.append(r.memory_mib)
+            for d in p.devices:
+                j = self.dev_pos[i][d]
+                dn.append(i)
+                dc.append(j)
+                if r.fractional:
+                    dm.append(r.accelerator_milli)
+                    dmem.append(r.accelerator_memory_mib)
+                else:
+                    dm.append(FULL_MILLI)
+                    dmem.append(int(self.dev_mem_cap[i, j]))
+
+        def a(x: list[int]) -> IntArray:
+            return np.array(x, dtype=np.int64)
+
+        return a(nodes), a(cpu), a(mem), a(dn), a(dc), a(dm), a(dmem)
+
+    def _shift(self, rjs: Iterable[RunningJob], sign: int) -> None:
+        rjs = list(rjs)
+        if len(rjs) < 4:  # a few jobs: the scalar path is cheaper than the vector set-up
+            for rj in rjs:
+                self._apply(rj.job, rj.placements, -sign)
+            return
+        fps = [self._footprint(rj) for rj in rjs]
+        nodes, cpu, mem, dn, dc, dm, dmem = (np.concatenate([f[k] for f in fps]) for k in range(7))
+        np.add.at(self.cpu_free, nodes, sign * cpu)
+        np.add.at(self.mem_free, nodes, sign * mem)
+        if dn.size:
+            np.add.at(self.dev_free, (dn, dc), sign * dm)
+            np.add.at(self.dev_mem_free, (dn, dc), sign * dmem)
+            touched = np.unique(dn)
+            free = self.dev_free[touched]
+            whole = free == FULL_MILLI
+            types = self.dev_type[touched]
+            for t in range(len(self.types)):
+                self.full_free[touched, t] = (whole & (types == t)).sum(axis=1)
+            self.full_free_all[touched] = self.full_free[touched].sum(axis=1)
+            self.max_partial[touched] = np.where(free < FULL_MILLI, free, 0).max(axis=1, initial=0)
+        self.epoch[np.unique(nodes)] += 1
 
     def restore(self, rj: RunningJob) -> None:
         """Re-allocate a record returned by ``release`` (used to undo what-if releases)."""
@@ -425,6 +495,7 @@ class ClusterState:
         size = self.cached[i].pop(dataset, None)
         if size is None:
             return
+        self.freed_version += 1
         self.cache_used[i] -= size
         self.cache_holders[dataset].discard(i)
 

@@ -252,7 +252,8 @@ async def thaw_user(session: AsyncSession, actor: Actor, user_id: int) -> User:
     return user
 
 
-async def _me(session: AsyncSession, actor: Actor) -> User:
+async def get_me(session: AsyncSession, actor: Actor) -> User:
+    """The signed-in user."""
     user = await session.get(User, actor.user_id)
     if user is None:
         raise NotFound("the signed-in user no longer exists")
@@ -272,7 +273,7 @@ async def update_me(
     Raises:
         ValidationFailed: ``default_workspace_id`` is not a workspace the actor is a member of.
     """
-    user = await _me(session, actor)
+    user = await get_me(session, actor)
     changed: list[str] = []
     if display_name is not None:
         check_text(display_name, "display_name", 128)
@@ -317,7 +318,7 @@ async def change_password(
         RateLimited: ``max_failures`` wrong passwords within ``window_s``.
         ValidationFailed: the new password is too weak (``details.field == "new_password"``).
     """
-    user = await _me(session, actor)
+    user = await get_me(session, actor)
     now = utcnow()
     failures = await session.scalar(
         select(func.count())

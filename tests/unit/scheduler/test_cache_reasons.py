@@ -80,3 +80,14 @@ def test_fraction_reason() -> None:
     assert res.pending["f"] == (
         "needs 0.5 of one accelerator with 0 MiB device memory; the most free on one device is 0.2"
     )
+
+
+def test_cpu_shortfall_next_to_a_free_fraction_is_named() -> None:
+    # n0 has the GPU share but only 8 cores left; n1 has the cores but no GPU free.
+    state = ClusterState([node("n0", 1, cpu=8_000), node("n1", 1, cpu=64_000)])
+    state.allocate(job("gpu", 1, cpu=0), [ReplicaPlacement("worker", 0, "n1", (0,), 1000)], 0.0)
+    res = Scheduler("default").cycle(state, [job("t", milli=810, cpu=12_000)], 1.0)
+    assert res.pending["t"] == (
+        "needs 12 CPUs and 0.81 of one accelerator on one node; the most CPUs free on a node with such an "
+        "accelerator is 8"
+    )

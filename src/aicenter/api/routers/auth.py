@@ -8,10 +8,9 @@ from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, ReadSession, WriteSession, client_address
 from aicenter.api.schemas.auth import LoginRequest, LoginResponse, TokenCreate, TokenCreated, TokenOut, UserOut
 from aicenter.api.schemas.common import ERROR_RESPONSES
-from aicenter.core.errors import AicenterError, NotFound
+from aicenter.core.errors import AicenterError
 from aicenter.core.roles import TokenKind
-from aicenter.db.models import User
-from aicenter.services import auth
+from aicenter.services import auth, tenancy
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
@@ -46,10 +45,7 @@ async def logout(actor: CurrentActor, ctx: Ctx, session: WriteSession) -> None:
 
 @router.get("/users/me", tags=["users"], openapi_extra=access(Access.USER))
 async def me(actor: CurrentActor, session: ReadSession) -> UserOut:
-    user = await session.get(User, actor.user_id)
-    if user is None:
-        raise NotFound("the signed-in user no longer exists")
-    return UserOut.model_validate(user)
+    return UserOut.model_validate(await tenancy.get_me(session, actor))
 
 
 @router.get("/tokens", tags=["tokens"], openapi_extra=access(Access.USER))
