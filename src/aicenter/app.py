@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -57,6 +58,9 @@ def create_app(
         controllers = [c for f in CONTROLLER_FACTORIES if (c := f(ctx)) is not None] if run_controllers else []
         for controller in controllers:
             controller.start()
+        # Move the ~200k objects of imports and start-up out of the collector's view: full collections then
+        # scan only request garbage, which shortens the pauses that show up as p99 latency.
+        gc.freeze()
         try:
             yield
         finally:
