@@ -5,7 +5,7 @@
    than FIFO's; with workspace fair share, Jain index across the tenants >= 0.9. The 5x cannot be reached
    by any policy on this cluster: jobs run at a fixed speed, so no average JCT goes below the mean job
    duration, and FIFO is only ~1.13x above it (``avg_jct_lower_bound_s``, ``max_possible_speedup_over_fifo``).
-2. ``contended``: the same jobs on a smaller cluster (``--contended-cluster``, default 24x8), FIFO vs LAS:
+2. ``contended``: the same jobs on a smaller cluster (``--contended-cluster``, default 32x8), FIFO vs LAS:
    what the policy buys under load (average JCT ratio, p99 queueing, allocation, Jain).
 
     python bench/sim_quality.py [--policy P ...] [--contended-cluster 24x8 | --no-contended] [--limit N]
@@ -77,20 +77,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trace", default=str(TRACES / "philly.csv"))
     parser.add_argument("--policy", action="append", help="default: fifo, tiresias, fair-share")
-    parser.add_argument("--contended-cluster", default="24x8", help="the contended case's cluster (24x8)")
+    parser.add_argument("--contended-cluster", default="32x8", help="the contended case's cluster (32x8)")
     parser.add_argument("--no-contended", action="store_true", help="only the issue's configuration")
     parser.add_argument("--limit", type=int, default=None, help="only the first N jobs (smoke runs)")
     parser.add_argument("--plot", default=None, help="write the overlay PNG of the issue's configuration here")
     args = parser.parse_args()
-    out: dict[str, Any] = {}
-    out["issue"], results = _run(args, "96x8", args.policy or ["fifo", "tiresias", "fair-share"])
+    # One JSON document per configuration, printed as soon as it is done (the contended one takes longer).
+    issue, results = _run(args, "96x8", args.policy or ["fifo", "tiresias", "fair-share"])
+    print(json.dumps({"config": "issue", **issue}, indent=2), flush=True)
     if args.plot:
         from aicenter.sim.runner import plot
 
         plot(results, args.plot, title="Philly Oct 2017, 96x8")
     if not args.no_contended:
-        out["contended"], _ = _run(args, args.contended_cluster, ["fifo", "tiresias"])
-    print(json.dumps(out, indent=2))
+        contended, _ = _run(args, args.contended_cluster, ["fifo", "tiresias"])
+        print(json.dumps({"config": "contended", **contended}, indent=2), flush=True)
 
 
 if __name__ == "__main__":
