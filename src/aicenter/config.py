@@ -29,7 +29,11 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db. Default: SQLite under home.",
     )
-    db_pool_size: int = Field(default=10, description="Connections per API process (PostgreSQL only).")
+    db_pool_size: int = Field(
+        default=20,
+        description="Connections per API process (PostgreSQL only), and as many again in overflow. Requests "
+        "beyond it wait for a connection, which shows as tail latency under load.",
+    )
     secret_key: str | None = Field(
         default=None,
         description="Key that signs CSRF tokens. Default: generated once and kept in home/secret_key.",
