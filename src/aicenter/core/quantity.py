@@ -52,13 +52,15 @@ def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
 
 
 def format_memory(n_bytes: int) -> str:
-    """Format bytes in the largest binary unit that shows them exactly with at most two decimals
-    (``17179869184`` -> ``16Gi``, ``1610612736`` -> ``1.5Gi``); otherwise rounded in the largest unit reached."""
-    units = [u for u in ("Pi", "Ti", "Gi", "Mi", "Ki") if n_bytes >= _BINARY[u]]
-    for unit in units:
-        if (n_bytes * 100) % _BINARY[unit] == 0:
-            return f"{n_bytes / _BINARY[unit]:g}{unit}"
-    return f"{n_bytes / _BINARY[units[0]]:.2f}{units[0]}" if units else str(n_bytes)
+    """Format bytes in the largest binary unit they reach, with at most two decimals, for people to read
+    (``17179869184`` -> ``16Gi``, ``1610612736`` -> ``1.5Gi``, ``25275719680`` -> ``23.54Gi``)."""
+    for unit in ("Pi", "Ti", "Gi", "Mi", "Ki"):
+        factor = _BINARY[unit]
+        if n_bytes >= factor:
+            exact = (n_bytes * 100) % factor == 0
+            text = f"{n_bytes / factor:.2f}"
+            return (text.rstrip("0").rstrip(".") if exact else text) + unit
+    return str(n_bytes)
 
 
 def format_cpu(milli: int) -> str:

@@ -130,6 +130,7 @@ def test_parse_cpu_refuses(given: str | int | float) -> None:
     [
         (16 * GI, "16Gi"),
         (3 * GI // 2, "1.5Gi"),
+        (25275719680, "23.54Gi"),  # a host's memory: rounded, never 2.46836e+07Ki
         (512 * 2**20, "512Mi"),
         (2**40, "1Ti"),
         (2048, "2Ki"),
