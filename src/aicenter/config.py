@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(
         default=20,
-        description="Connections per API process (PostgreSQL only), and as many again in overflow. Requests "
+        description="Database connections per API process, and as many again in overflow. Requests "
         "beyond it wait for a connection, which shows as tail latency under load.",
     )
     secret_key: str | None = Field(

@@ -39,7 +39,7 @@ async def _write_session(ctx: Ctx) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-ReadSession = Annotated[AsyncSession, Depends(_read_session)]
+ReadSession = Annotated[AsyncSession, Depends(_read_session, scope="function")]
 # scope="function": the transaction commits when the route function returns, before the response is sent,
 # so a client never sees success for a change that then fails to commit.
 WriteSession = Annotated[AsyncSession, Depends(_write_session, scope="function")]
@@ -72,8 +72,7 @@ async def authenticate(request: Request, ctx: AppContext) -> Actor | None:
         from_cookie = raw is not None
     if raw is None:
         return None
-    async with ctx.db.read() as session:
-        actor, kind = await ctx.tokens.verify(session, raw)
+    actor, kind = await ctx.tokens.verify(ctx.db, raw)
     if from_cookie:
         if kind != TokenKind.SESSION:
             raise Unauthenticated("the session cookie is not a console session")

@@ -27,7 +27,14 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {"echo": echo, "pool_reset_on_return": None}
+        # Every session ends its own transaction (write() commits or rolls back; reads autocommit), so the
+        # pool's rollback-on-return would only add a round trip (an aiosqlite thread hop) per request.
+        kwargs: dict[str, Any] = {
+            "echo": echo,
+            "pool_reset_on_return": None,
+            "pool_size": pool_size,
+            "max_overflow": 0,
+        }
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 30}
             if ":memory:" in url:
@@ -35,7 +42,7 @@ class Database:
         else:
             # No pool_pre_ping: it costs a BEGIN/;/ROLLBACK round trip per checkout. Connections that died
             # are invalidated on first error and replaced; recycling bounds their age.
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
+            kwargs["pool_recycle"] = 1800
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine)

@@ -15,6 +15,7 @@ from .model import (
     Job,
     Node,
     NodeStatus,
+    PendingReasons,
     Place,
     Preempt,
     Quota,
@@ -26,6 +27,7 @@ from .model import (
 )
 from .policy import BUILTIN as BUILTIN_POLICIES
 from .policy import PolicyConfig, TaskClass
+from .queue import PendingQueue
 from .scheduler import Scheduler
 from .state import ClusterState, job_demand
 
@@ -41,6 +43,8 @@ __all__ = [
     "Job",
     "Node",
     "NodeStatus",
+    "PendingQueue",
+    "PendingReasons",
     "Place",
     "PolicyConfig",
     "Preempt",

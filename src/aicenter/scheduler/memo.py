@@ -56,8 +56,13 @@ class PlacementMemo:
         cache: Whether cache affinity is on (the job's datasets are then part of the shape).
     """
 
-    def __init__(self, state: ClusterState, gang: bool, cache: bool) -> None:
+    def __init__(
+        self, state: ClusterState, gang: bool, cache: bool, shapes: dict[str, tuple[Job, Shape]] | None = None
+    ) -> None:
         self.state = state
+        # job id -> (job, shape): shapes outlive the cycle (the caller keeps this dict); a job object that
+        # changed (e.g. requeued after preemption) is recomputed, since the identity check fails.
+        self._shapes: dict[str, tuple[Job, Shape]] = {} if shapes is None else shapes
         self.gang = gang
         self.cache = cache
         self._freed = state.freed_version
@@ -69,6 +74,9 @@ class PlacementMemo:
         self._fits: dict[Shape, int] = {}
         # (group, restricted, vector) -> entries seen when it was found not dominated (skips rescans)
         self._not_dominated: dict[tuple[tuple[object, ...], bool, Vec], int] = {}
+        # Failed victim searches: (group, rank key) -> vectors (None = exact multi-task shape), valid on one state
+        self._no_victims: dict[tuple[tuple[object, ...], tuple[object, ...]], set[Vec | None]] = {}
+        self._no_victims_at = (state.version, state.freed_version)
 
     def _valid(self) -> None:
         if self.state.freed_version != self._freed:
@@ -77,8 +85,13 @@ class PlacementMemo:
             self._not_dominated.clear()
 
     def shape(self, job: Job) -> Shape:
-        """The job's shape, the key of every other method (compute it once per job)."""
-        return _shape(job, self.gang, self.cache)
+        """The job's shape, the key of every other method (cached per job object)."""
+        hit = self._shapes.get(job.id)
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        shape = _shape(job, self.gang, self.cache)
+        self._shapes[job.id] = (job, shape)
+        return shape
 
     def failure(self, shape: Shape, restricted: bool) -> tuple[bool, str | None]:
         """Whether a job of ``shape`` is known not to fit (on all nodes, or ``restricted`` to outside a reservation).
@@ -120,6 +133,38 @@ class PlacementMemo:
             self._fail_exact[(group, restricted)] = (self.state.version, reason)
         else:
             self._fail.setdefault((group, restricted), {})[vec] = reason
+
+    def no_victims(self, shape: Shape, key: tuple[object, ...]) -> bool:
+        """Whether a victim search for ``shape`` already failed on this very state (same ``key``: the
+        preemptor's rank and whatever else decides the candidates).
+
+        Exact state only (``state.version`` and ``freed_version``): a placement adds a running job that may
+        become a candidate. On one state, with the same candidates, a search fails for a single-task shape
+        at least as large as one that failed (the what-if placement with every candidate lifted is monotone,
+        as above).
+        """
+        at = (self.state.version, self.state.freed_version)
+        if at != self._no_victims_at:
+            self._no_victims_at = at
+            self._no_victims.clear()
+            return False
+        group, vec = shape
+        failed = self._no_victims.get((group, key))
+        if not failed:
+            return False
+        if vec in failed:
+            return True
+        return vec is not None and any(
+            other is not None and all(a >= b for a, b in zip(vec, other, strict=True)) for other in failed
+        )
+
+    def record_no_victims(self, shape: Shape, key: tuple[object, ...]) -> None:
+        """Remember that a victim search for ``shape`` failed on the current state."""
+        at = (self.state.version, self.state.freed_version)
+        if at != self._no_victims_at:
+            self._no_victims_at = at
+            self._no_victims.clear()
+        self._no_victims.setdefault((shape[0], key), set()).add(shape[1])
 
     def fits(self, shape: Shape) -> bool:
         """Whether ``shape`` fitted on all nodes of this very state."""

@@ -9,7 +9,7 @@ caller without copies or defensive checks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -257,17 +257,90 @@ Admission = Callable[[Job], str | None]
 """A hook that refuses a job with a reason (e.g. the billing balance check) or admits it with ``None``."""
 
 
+class PendingReasons(Mapping[str, str]):
+    """Job id -> reason for every pending job not placed, built lazily.
+
+    The examined jobs have their own reasons; every other pending job shares ``default``. Listing all of them
+    costs O(pending), so it happens on first use of the whole mapping (iteration, ``len``, equality), not in
+    the cycle: a simulator with tens of thousands of jobs waiting reads none of it. Looking up one job is
+    O(1) when the pending sequence can say whether it holds an id (``has``, as ``PendingQueue`` does).
+    The pending sequence is read when the mapping is first used: read it before changing that sequence.
+
+    Args:
+        explicit: Reasons of the examined jobs.
+        pending: The cycle's pending jobs.
+        default: The reason of every other pending job.
+        drop: Ids that are not pending any more (placed this cycle).
+        running: Ids that run (``state.running``): a stale pending entry gets no reason.
+    """
+
+    __slots__ = ("_default", "_drop", "_explicit", "_full", "_pending", "_running")
+
+    def __init__(
+        self,
+        explicit: dict[str, str],
+        pending: Sequence[Job],
+        default: str,
+        drop: set[str],
+        running: Mapping[str, object],
+    ) -> None:
+        self._explicit = explicit
+        self._pending = pending
+        self._default = default
+        self._drop = drop
+        self._running = running
+        self._full: dict[str, str] | None = None
+
+    def _all(self) -> dict[str, str]:
+        if self._full is None:
+            full = dict.fromkeys([j.id for j in self._pending], self._default)
+            full.update(self._explicit)
+            for jid in self._drop:
+                full.pop(jid, None)
+            running = self._running
+            if running:
+                for jid in [j for j in full if j in running]:
+                    del full[jid]
+            self._full = full
+        return self._full
+
+    def __getitem__(self, job_id: str) -> str:
+        if self._full is not None:
+            return self._full[job_id]
+        if job_id in self._drop or job_id in self._running:
+            raise KeyError(job_id)
+        hit = self._explicit.get(job_id)
+        if hit is not None:
+            return hit
+        has = getattr(self._pending, "has", None)
+        if has is not None:
+            if has(job_id):
+                return self._default
+            raise KeyError(job_id)
+        return self._all()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"PendingReasons({self._all()!r})"
+
+
 @dataclass(slots=True)
 class CycleResult:
     """What one cycle decided.
 
     Attributes:
         decisions: In the order they were taken (a Preempt precedes the Place it makes room for).
-        pending: Job id -> a reason a person can act on, for every pending job not placed.
+        pending: Job id -> a reason a person can act on, for every pending job not placed (a
+            ``PendingReasons`` from ``Scheduler.cycle``, built lazily; a plain dict elsewhere).
     """
 
     decisions: list[Decision] = field(default_factory=list)
-    pending: dict[str, str] = field(default_factory=dict)
+    pending: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def placed(self) -> list[Place]:

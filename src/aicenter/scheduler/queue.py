@@ -11,9 +11,12 @@ dynamically.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from operator import attrgetter
+from typing import overload
 
 from .model import FULL_MILLI, Job, RunningJob
 from .policy import PolicyConfig
@@ -90,6 +93,90 @@ class LasRank:
     def key(self, job: Job) -> tuple[int, float, str]:
         """Queue, then FIFO inside the queue (as Tiresias does)."""
         return (self.pending(job), job.submit_time, job.id)
+
+
+class PendingQueue(Sequence[Job]):
+    """Pending jobs kept in FIFO order (submit time, id) across cycles, for callers with a long backlog.
+
+    A plain sequence costs every cycle a sort (or a LAS rank) of the whole backlog; this queue is updated
+    incrementally (``add``/``remove`` are a bisect and a C-level list insert/delete), so a FIFO cycle reads
+    only the head and a LAS cycle ranks only the first ``limit`` never-served jobs plus the jobs that have
+    attained service. Any order gives the same decisions as the same jobs in a list.
+    """
+
+    def __init__(self, jobs: Sequence[Job] = ()) -> None:
+        self._keys: list[tuple[float, str]] = []
+        self._jobs: dict[str, Job] = {}
+        self._served: dict[str, Job] = {}
+        # Every job added, in order: the scheduler learns FGD's distribution from the additions since its
+        # last cycle (``added``) instead of rescanning the backlog. Grows with the jobs ever added.
+        self._log: list[Job] = []
+        for job in jobs:
+            self.add(job)
+
+    def add(self, job: Job) -> None:
+        """Add (or replace) a pending job."""
+        if job.id in self._jobs:
+            self.remove(job.id)
+        insort(self._keys, (job.submit_time, job.id))
+        self._jobs[job.id] = job
+        if job.attained_service > 0:
+            self._served[job.id] = job
+        self._log.append(job)
+
+    def added(self, since: int) -> tuple[list[Job], int]:
+        """Jobs added from log position ``since`` on (some may have left since), and the log's end."""
+        return self._log[since:], len(self._log)
+
+    def remove(self, job_id: str) -> Job:
+        """Remove a pending job (``KeyError`` when absent) and return it."""
+        job = self._jobs.pop(job_id)
+        self._served.pop(job_id, None)
+        i = bisect_left(self._keys, (job.submit_time, job_id))
+        del self._keys[i]
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        """The pending job with this id, if any."""
+        return self._jobs.get(job_id)
+
+    def has(self, job_id: str) -> bool:
+        """Whether a job with this id is pending."""
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, i: int) -> Job: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Job]: ...
+
+    def __getitem__(self, i: int | slice) -> Job | list[Job]:
+        jobs = self._jobs
+        if isinstance(i, slice):
+            return [jobs[k[1]] for k in self._keys[i]]
+        return jobs[self._keys[i][1]]
+
+    def __iter__(self) -> Iterator[Job]:
+        jobs = self._jobs
+        for _, jid in self._keys:
+            yield jobs[jid]
+
+    def ids(self) -> list[str]:
+        """Job ids in FIFO order."""
+        return [k[1] for k in self._keys]
+
+    def fresh_head(self, n: int) -> list[Job]:
+        """The first ``n`` jobs (FIFO) that have attained no service."""
+        served = self._served
+        jobs = self._jobs
+        return [jobs[jid] for _, jid in islice(((k, j) for k, j in self._keys if j not in served), n)]
+
+    def served(self) -> list[Job]:
+        """The pending jobs that have attained service (preempted earlier)."""
+        return list(self._served.values())
 
 
 def _share(state: ClusterState, ws: str, pool: str, cap: dict[str, float]) -> tuple[int, float, float]:
@@ -193,15 +280,40 @@ def order(
         return fair_share_order(state, pending, policy, by_workspace=False), None
     if name == "las":
         ranker = LasRank(policy, now)
+        if isinstance(pending, PendingQueue):
+            return iter(_las_head(pending, ranker, limit)), ranker
         return iter(heapq.nsmallest(limit, pending, key=ranker.key)), ranker
     if name == "sjf":
         return iter(heapq.nsmallest(limit, pending, key=sjf_key)), None
+    if name == "fifo" and isinstance(pending, PendingQueue):
+        return iter(pending), None  # already in FIFO order; the cycle stops after ``limit`` jobs
     jobs = list(pending)
     if name == "priority":
         sort_by_priority(jobs)
     else:
         jobs.sort(key=attrgetter("submit_time", "id"))
     return iter(jobs[:limit]), None
+
+
+def _las_head(pending: PendingQueue, ranker: LasRank, limit: int) -> list[Job]:
+    """``heapq.nsmallest(limit, pending, key=ranker.key)`` without ranking the whole backlog.
+
+    A job with no attained service ranks by FIFO inside its queue, and all of them share one queue (with
+    no service, only the waiting time, monotone in submit time, can promote one): beyond the first
+    ``limit`` of them none can enter the head. Only jobs with service (lower queues, or promoted) need a
+    rank each; when the first threshold is positive the fresh ones are known to be in queue 0 unranked.
+    """
+    fresh = pending.fresh_head(limit)
+    served = pending.served()
+    if not ranker.thresholds or ranker.thresholds[0] <= 0:
+        return heapq.nsmallest(limit, fresh + served, key=ranker.key)
+    keyed = [(ranker.pending(j), j.submit_time, j.id, j) for j in served]
+    top = sorted(k for k in keyed if k[0] == 0)
+    rest = [k for k in keyed if k[0] != 0]
+    head = list(islice(heapq.merge(((0, j.submit_time, j.id, j) for j in fresh), top), limit))
+    if len(head) < limit and rest:
+        head.extend(heapq.nsmallest(limit - len(head), rest))
+    return [k[3] for k in head]
 
 
 def rank_of(job: Job, policy: PolicyConfig, ranker: LasRank | None) -> float:

@@ -78,6 +78,10 @@ class ClusterState:
             raise ValidationFailed(f"duplicate node name {dup!r}", field="nodes")
         old_running = list(self.running.values())
         self._nodes = nodes
+        # job id -> (running record, footprint) for lift/unlift; node indexes change here, so it starts over.
+        self._footprints: dict[
+            str, tuple[RunningJob, tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]]
+        ] = {}
         self.index: dict[str, int] = {n.name: i for i, n in enumerate(nodes)}
         self.names: list[str] = [n.name for n in nodes]
         n = len(nodes)
@@ -416,7 +420,16 @@ class ClusterState:
             for rj in rjs:
                 self._apply(rj.job, rj.placements, -sign)
             return
-        fps = [self._footprint(rj) for rj in rjs]
+        cache = self._footprints
+        if len(cache) > 2 * len(self.running) + 1000:  # forget jobs that ended
+            cache.clear()
+        fps = []
+        for rj in rjs:
+            hit = cache.get(rj.job.id)
+            if hit is None or hit[0] is not rj:
+                hit = (rj, self._footprint(rj))
+                cache[rj.job.id] = hit
+            fps.append(hit[1])
         nodes, cpu, mem, dn, dc, dm, dmem = (np.concatenate([f[k] for f in fps]) for k in range(7))
         np.add.at(self.cpu_free, nodes, sign * cpu)
         np.add.at(self.mem_free, nodes, sign * mem)

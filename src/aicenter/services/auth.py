@@ -7,6 +7,7 @@ offline, and verifying must cost microseconds on every request.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -24,10 +25,13 @@ from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, Forbidden, NotFound, RateLimited, Unauthenticated, ValidationFailed
 from aicenter.core.names import check_text
 from aicenter.core.roles import TokenKind, UserState
+from aicenter.db.engine import Database
 from aicenter.db.models import ApiToken, LoginAttempt, User
 from aicenter.services import audit
 from aicenter.services.context import Actor
 
+# A token's last use is recorded at most this often, so that reads do not turn into writes.
+TOUCH_EVERY_S = 300.0
 TOKEN_PREFIX = "aic_"  # noqa: S105 - a prefix, not a secret
 _hasher = PasswordHasher()
 
@@ -118,6 +122,7 @@ class TokenVerifier:
     def __init__(self, cache_s: float) -> None:
         self.cache_s = cache_s
         self._cache: dict[str, _Cached] = {}
+        self._inflight: dict[str, asyncio.Future[tuple[Actor, str]]] = {}
 
     def forget(self, token_id: int | None = None) -> None:
         """Drop cached entries (of one token, or all): called when this replica revokes or freezes."""
@@ -126,21 +131,46 @@ class TokenVerifier:
         else:
             self._cache = {k: v for k, v in self._cache.items() if v.token_id != token_id}
 
-    async def verify(self, session: AsyncSession, raw: str) -> tuple[Actor, str]:
-        """Return the actor and the token kind, or raise Unauthenticated."""
-        now_mono = time.monotonic()
+    async def verify(self, db: Database, raw: str) -> tuple[Actor, str]:
+        """Return the actor and the token kind, or raise Unauthenticated.
+
+        Concurrent requests with the same uncached token share one database read: when a cache entry
+        expires under load, 64 requests in flight would otherwise all read the same row at once.
+        """
         cached = self._cache.get(raw)
-        if cached is not None and cached.valid_until > now_mono:
+        if cached is not None and cached.valid_until > time.monotonic():
             return Actor(cached.user_id, cached.username, cached.is_platform_admin, cached.token_id), cached.kind
+        pending = self._inflight.get(raw)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[tuple[Actor, str]] = asyncio.get_running_loop().create_future()
+        self._inflight[raw] = future
+        try:
+            result = await self._verify_uncached(db, raw)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark it retrieved: nobody may be waiting
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._inflight[raw]
+
+    async def _verify_uncached(self, db: Database, raw: str) -> tuple[Actor, str]:
         parts = _split_token(raw)
         if parts is None:
             raise Unauthenticated("the token is malformed; create a new one with `aicenter login`")
         token_id, secret = parts
-        row = (
-            await session.execute(
-                select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id)
-            )
-        ).first()
+        async with db.read() as session:
+            row = (
+                await session.execute(
+                    select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id)
+                )
+            ).first()
         if row is None or not hmac.compare_digest(row[0].secret_hash, _hash_secret(secret)):
             raise Unauthenticated("the token is not valid")
         token, user = row
@@ -151,17 +181,20 @@ class TokenVerifier:
             raise Unauthenticated("the token has expired; log in again")
         if user.state != UserState.ACTIVE:
             raise Unauthenticated("the account is frozen; ask a platform admin")
+        if token.last_used_at is None or token.last_used_at < now - timedelta(seconds=TOUCH_EVERY_S):
+            async with db.write() as session:
+                await touch_token(session, token.id)
         if self.cache_s > 0:
             if len(self._cache) > 50_000:  # bound memory; a rare full reset costs one read per active token
                 self._cache.clear()
             valid = min(self.cache_s, (token.expires_at - now).total_seconds()) if token.expires_at else self.cache_s
             self._cache[raw] = _Cached(
-                user.id, user.username, user.is_platform_admin, token.id, token.kind, now_mono + valid
+                user.id, user.username, user.is_platform_admin, token.id, token.kind, time.monotonic() + valid
             )
         return Actor(user.id, user.username, user.is_platform_admin, token.id), token.kind
 
 
-async def touch_token(session: AsyncSession, token_id: int, *, every_s: float = 300) -> None:
+async def touch_token(session: AsyncSession, token_id: int, *, every_s: float = TOUCH_EVERY_S) -> None:
     """Record last use, at most once per ``every_s``, so that reads do not turn into writes."""
     now = utcnow()
     await session.execute(

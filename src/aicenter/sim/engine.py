@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from aicenter.scheduler.model import CycleResult, Job, Node, Place, Preempt, Quota, ReplicaRequest, Reserve, Task
 from aicenter.scheduler.policy import PolicyConfig
+from aicenter.scheduler.queue import PendingQueue
 from aicenter.scheduler.scheduler import Scheduler
 from aicenter.scheduler.state import ClusterState
 from aicenter.sim.metrics import FloatArray, JobOutcome, Timeline
@@ -177,7 +178,7 @@ class Simulator:
         self._tick = tick if tick is not None else (300.0 if self._las else 0.0)
 
     # ----- the cycle --------------------------------------------------------------------------------------
-    def _cycle(self, pending: Sequence[Job], now: float) -> tuple[list[Place | Preempt], dict[str, str]]:
+    def _cycle(self, pending: Sequence[Job], now: float) -> tuple[list[Place | Preempt], Mapping[str, str]]:
         """One scheduling cycle: the Place and Preempt decisions in order, and the pending reasons."""
         began = time.perf_counter()
         result = self.scheduler.cycle(self.state, pending, now)
@@ -238,6 +239,7 @@ class Simulator:
         self._outcomes = [r.outcome for r in runs]
         by_id = {r.job.id: r for r in runs}
         pending: dict[str, _Run] = {}
+        queue = PendingQueue()  # the same jobs, kept in FIFO order: a cycle reads its head, not all of it
         running: dict[str, _Run] = {}
         events: list[tuple[float, int, int, int]] = []  # (time, kind, run index, epoch)
         index_of = {r.job.id: i for i, r in enumerate(runs)}
@@ -308,17 +310,20 @@ class Simulator:
                     r = runs[next_arrival]
                     next_arrival += 1
                     pending[r.job.id] = r
+                    queue.add(r.job)
                     self._ws_demand[r.ws] += r.gpus
                     wanted = True
             now = t_cycle
             if wanted and pending:
-                acted, _ = self._cycle([r.job for r in pending.values()], now)
+                acted, _ = self._cycle(queue, now)
                 for d in acted:
                     if isinstance(d, Preempt):
                         r = by_id[d.job_id]
                         self._preempt(r, now, stop)
                         pending[r.job.id] = r
+                        queue.add(r.job)
                     else:
+                        queue.remove(d.job_id)
                         start(pending.pop(d.job_id), now)
                 if not running and not acted and next_arrival >= len(runs):
                     break  # nothing runs, nothing will arrive, and what waits cannot be placed

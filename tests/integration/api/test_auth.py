@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
+from sqlalchemy import event
 
 from aicenter.db.engine import Database
+from aicenter.services.auth import TokenVerifier
 from tests.factories import admin_login, make_user
 
 
@@ -58,3 +62,32 @@ async def test_unknown_field_is_refused(client: httpx.AsyncClient) -> None:
     r = await client.post("/api/v1/tokens", json={"name": "x", "expires": "soon"}, headers=admin.headers)
     assert r.status_code == 422
     assert r.json()["error"]["details"]["field"] == "expires"
+
+
+async def test_token_use_is_recorded(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    created = await client.post("/api/v1/tokens", json={"name": "ci"}, headers=alice.headers)
+    listed = {t["id"]: t for t in (await client.get("/api/v1/tokens", headers=alice.headers)).json()}
+    assert listed[created.json()["id"]]["last_used_at"] is None
+    await client.get("/api/v1/users/me", headers={"Authorization": f"Bearer {created.json()['token']}"})
+    listed = {t["id"]: t for t in (await client.get("/api/v1/tokens", headers=alice.headers)).json()}
+    assert listed[created.json()["id"]]["last_used_at"] is not None
+
+
+async def test_concurrent_checks_of_one_token_share_one_read(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    await client.get("/api/v1/users/me", headers=alice.headers)  # records last use, so no write follows
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "api_tokens" in statement:
+            reads.append(statement)
+
+    verifier = TokenVerifier(cache_s=2.0)
+    event.listen(db.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        results = await asyncio.gather(*(verifier.verify(db, alice.token) for _ in range(20)))
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", count)
+    assert {actor.username for actor, _kind in results} == {"alice"}
+    assert len(reads) == 1
