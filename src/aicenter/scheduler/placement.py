@@ -480,7 +480,13 @@ class Placer:
                 f"the most CPUs free on a node with {such} is {most / 1000:g}"
             )
         most = int(state.mem_free[with_dev].max())
+        if r.memory_mib and most < r.memory_mib:
+            return (
+                f"needs {r.memory_mib} MiB memory and {acc} on one node; "
+                f"the most memory free on a node with {such} is {most} MiB"
+            )
+        # Each resource is free somewhere, but never all of them together on one node.
         return (
-            f"needs {r.memory_mib} MiB memory and {acc} on one node; "
-            f"the most memory free on a node with {such} is {most} MiB"
+            f"needs {r.cpu_milli / 1000:g} CPUs, {r.memory_mib} MiB memory and {acc} together on one node; "
+            f"nodes with {such} have the CPUs or the memory free, but none has both"
         )

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from aicenter.scheduler import ClusterState, EvictCache, Job, Place, ReplicaPlacement, Scheduler
+from aicenter.scheduler import (
+    ClusterState,
+    Device,
+    EvictCache,
+    Job,
+    Node,
+    Place,
+    PolicyConfig,
+    ReplicaPlacement,
+    ReplicaRequest,
+    Scheduler,
+    Task,
+)
 
 from .factories import cluster, job, node
 
@@ -91,3 +103,18 @@ def test_cpu_shortfall_next_to_a_free_fraction_is_named() -> None:
         "needs 12 CPUs and 0.81 of one accelerator on one node; the most CPUs free on a node with such an "
         "accelerator is 8"
     )
+
+
+def test_reason_names_cpu_and_memory_when_no_node_has_both() -> None:
+    """One node has the CPUs, the other the memory, both have a device share: the reason says so."""
+    gpu = (Device(0, "t4", 16_000, None),)
+    nodes = [
+        Node("cpu-rich", cpu_milli=32_000, memory_mib=4_000, devices=gpu),
+        Node("mem-rich", cpu_milli=2_000, memory_mib=64_000, devices=gpu),
+    ]
+    request = ReplicaRequest(cpu_milli=8_000, memory_mib=16_000, accelerator_milli=500)
+    job = Job("j1", "ws", "u", 0, 0.0, (Task("worker", 1, request),))
+    result = Scheduler(PolicyConfig.load("default")).cycle(ClusterState(nodes), [job], 0.0)
+    reason = result.pending["j1"]
+    assert "together on one node" in reason
+    assert "none has both" in reason
