@@ -60,13 +60,6 @@ class RateLimited(AicenterError):
     status = 429
 
 
-class InvalidState(AicenterError):
-    """A state transition that the transition table does not allow."""
-
-    code = "invalid_state"
-    status = 409
-
-
 class Unavailable(AicenterError):
     code = "unavailable"
     status = 503

@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.pool import NullPool
 
 
 class Database:
@@ -89,8 +88,3 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         if options.get("sqlite_autocommit", False):
             return
         conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("sqlite_immediate", False) else "BEGIN")
-
-
-def make_null_pool_engine(url: str) -> AsyncEngine:
-    """An engine that opens one connection per use, for migrations and one-off commands."""
-    return create_async_engine(url, poolclass=NullPool)

@@ -97,7 +97,7 @@ class NamedLease:
 async def acquire(db: Database, name: str, owner: str, ttl_s: float) -> NamedLease | None:
     """Take the singleton lease ``name`` if nobody holds it. None when another owner holds it."""
     async with db.write() as session:
-        insert = pg_insert if db.is_sqlite is False else sqlite_insert
+        insert = sqlite_insert if db.is_sqlite else pg_insert
         await session.execute(insert(Lease).values(name=name).on_conflict_do_nothing(index_elements=["name"]))
         rows = await claim_rows(session, Lease, Lease.name == name, owner=owner, ttl_s=ttl_s)
         if not rows:
@@ -110,10 +110,10 @@ async def acquire(db: Database, name: str, owner: str, ttl_s: float) -> NamedLea
 
 async def renew(db: Database, lease: NamedLease, ttl_s: float) -> NamedLease | None:
     """Extend a held lease; None if it was lost (expired and taken by another owner)."""
-    expires = utcnow() + timedelta(seconds=ttl_s)
     async with db.write() as session:
-        ok = await guarded_update(session, Lease, Lease.name == lease.name, token=lease.token, lock_expires_at=expires)
-    return NamedLease(lease.name, lease.owner, lease.token, expires) if ok else None
+        ok = await renew_row(session, Lease, Lease.name == lease.name, token=lease.token, ttl_s=ttl_s)
+    # The row's expiry is a moment later than this one: the caller renews early, so the difference is moot.
+    return NamedLease(lease.name, lease.owner, lease.token, utcnow() + timedelta(seconds=ttl_s)) if ok else None
 
 
 async def release(db: Database, lease: NamedLease) -> bool:

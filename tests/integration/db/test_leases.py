@@ -135,3 +135,18 @@ async def test_concurrent_claimers_get_disjoint_rows(db: Database) -> None:
         owners = dict((await session.execute(select(Lease.name, Lease.lock_owner))).all())
     assert sorted(n for n, o in owners.items() if o == "a") == sorted(a)
     assert sorted(n for n, o in owners.items() if o == "b") == sorted(b)
+
+
+async def test_renewed_row_outlives_its_first_expiry(db: Database) -> None:
+    async with db.write() as session:
+        session.add(Lease(name="job-1"))
+    async with db.write() as session:
+        (row,) = await leases.claim_rows(session, Lease, Lease.name == "job-1", owner="a", ttl_s=_SHORT_TTL_S)
+        token = row.lock_token
+    assert token is not None
+    async with db.write() as session:
+        assert await leases.renew_row(session, Lease, Lease.name == "job-1", token=token, ttl_s=30) is True
+        assert await leases.renew_row(session, Lease, Lease.name == "job-1", token="not-the-token", ttl_s=30) is False
+    await asyncio.sleep(_SHORT_TTL_S + 0.2)
+    async with db.write() as session:
+        assert await leases.claim_rows(session, Lease, Lease.name == "job-1", owner="b", ttl_s=30) == []
