@@ -66,6 +66,42 @@ class Settings(BaseSettings):
         "effect within this time on every replica.",
     )
 
+    store_root: Path | None = Field(
+        default=None,
+        description="Root of the artifact store (blobs, upload staging, image envs): a local path or a shared "
+        "filesystem mount (NFS, GPFS, CephFS). Default: <home>/store.",
+    )
+    store_fsync: bool = Field(
+        default=True, description="fsync blobs before a version that references them commits (durability)."
+    )
+    upload_part_size: int = Field(
+        default=16 * 1024 * 1024, ge=64 * 1024, description="Size of one part of a chunked upload, in bytes."
+    )
+    upload_ttl_s: int = Field(
+        default=7 * 24 * 3600, description="An upload session not committed within this time expires and is removed."
+    )
+    gc_grace_s: int = Field(
+        default=3600,
+        description="Unreferenced blobs younger than this are kept by garbage collection: a commit may be about "
+        "to reference them.",
+    )
+    gc_interval_s: float = Field(default=600.0, description="Interval of the store garbage collector, in seconds.")
+    archive_max_bytes: int = Field(
+        default=64 * 1024**3, description="Largest expanded size of an uploaded archive (archive bomb limit)."
+    )
+    archive_max_entries: int = Field(
+        default=1_000_000, description="Most entries in an uploaded archive (archive bomb limit)."
+    )
+    import_roots: list[Path] = Field(
+        default_factory=list,
+        description="Server directories that platform admins may import as preset versions; empty: import is off.",
+    )
+    pip_args: list[str] = Field(
+        default_factory=list,
+        description="Extra pip arguments for venv image builds, e.g. [\"--no-index\", \"--find-links\", \"/wheels\"].",
+    )
+    build_timeout_s: float = Field(default=3600.0, description="A venv image build running longer than this fails.")
+
     @model_validator(mode="after")
     def _refuse_weak_secrets(self) -> Settings:
         if self.dev:
@@ -82,6 +118,10 @@ class Settings(BaseSettings):
     @cached_property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @property
+    def store_dir(self) -> Path:
+        return (self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store")
 
     @property
     def effective_database_url(self) -> str:

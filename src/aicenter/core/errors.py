@@ -63,3 +63,29 @@ class RateLimited(AicenterError):
 class Unavailable(AicenterError):
     code = "unavailable"
     status = 503
+
+
+class InUse(Conflict):
+    """The thing is used by running work; ``details['users']`` names who uses it (e.g. ``job 42``)."""
+
+    code = "in_use"
+
+
+class HashMismatch(AicenterError):
+    """Received bytes do not hash to what the sender declared; nothing of them is kept."""
+
+    code = "hash_mismatch"
+    status = 422
+
+
+class UploadIncomplete(Conflict):
+    """A commit came before every part arrived; ``details['missing']`` lists files and parts."""
+
+    code = "upload_incomplete"
+
+
+class UnsafeArchive(AicenterError):
+    """An uploaded archive holds a link, a device, an unsafe path, or expands beyond the limits."""
+
+    code = "unsafe_archive"
+    status = 422

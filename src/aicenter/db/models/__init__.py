@@ -1,6 +1,7 @@
 """Every ORM model, imported here so that ``Base.metadata`` is complete for Alembic and tests."""
 
 from aicenter.db.models.audit import AuditEvent
+from aicenter.db.models.catalog import CatalogItem, CatalogVersion, ImageBuild, UploadSession, VersionFile
 from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
 from aicenter.db.models.lease import Lease
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
@@ -9,6 +10,9 @@ __all__ = [
     "AcceleratorType",
     "ApiToken",
     "AuditEvent",
+    "CatalogItem",
+    "CatalogVersion",
+    "ImageBuild",
     "Lease",
     "LoginAttempt",
     "Membership",
@@ -17,6 +21,8 @@ __all__ = [
     "PoolGrant",
     "Quota",
     "ResourceSpec",
+    "UploadSession",
     "User",
+    "VersionFile",
     "Workspace",
 ]

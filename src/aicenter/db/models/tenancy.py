@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, Numeric, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from aicenter.db.base import Base, BigIntId, IdMixin, TimestampMixin
@@ -32,6 +32,8 @@ class Workspace(IdMixin, TimestampMixin, Base):
     description: Mapped[str] = mapped_column(String(1024), default="")
     # Coins; billing debits it by machine time. Numeric, never float: money must add up exactly.
     balance: Mapped[Decimal] = mapped_column(Numeric(20, 4), default=Decimal(0))
+    # Limit on the logical size of the workspace's catalog versions, enforced at commit; None: no limit.
+    storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     created_by_id: Mapped[int | None] = mapped_column(
         BigIntId, ForeignKey("users.id", ondelete="SET NULL"), default=None
     )

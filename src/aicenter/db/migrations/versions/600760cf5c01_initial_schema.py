@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: d3bb399c7d68
+Revision ID: 600760cf5c01
 Revises: 
-Create Date: 2026-12-02 20:09:48.335325
+Create Date: 2026-12-03 06:15:28.552911
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'd3bb399c7d68'
+revision: str = '600760cf5c01'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -160,6 +160,7 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=64), nullable=False),
     sa.Column('description', sa.String(length=1024), nullable=False),
     sa.Column('balance', sa.Numeric(precision=20, scale=4), nullable=False),
+    sa.Column('storage_quota_bytes', sa.BigInteger(), nullable=True),
     sa.Column('created_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -168,6 +169,29 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_workspaces')),
     sa.UniqueConstraint('name', name=op.f('uq_workspaces_name'))
     )
+    op.create_table('catalog_items',
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('namespace', sa.String(length=32), nullable=False),
+    sa.Column('is_preset', sa.Boolean(), nullable=False),
+    sa.Column('owner_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('description', sa.String(length=4096), nullable=False),
+    sa.Column('tags', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('metadata', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('next_version', sa.Integer(), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['owner_id'], ['users.id'], name=op.f('fk_catalog_items_owner_id_users'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_catalog_items_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_catalog_items')),
+    sa.UniqueConstraint('kind', 'namespace', 'name', name='uq_catalog_items_kind_namespace_name')
+    )
+    with op.batch_alter_table('catalog_items', schema=None) as batch_op:
+        batch_op.create_index('ix_catalog_items_kind_preset', ['kind', 'is_preset'], unique=False)
+        batch_op.create_index(batch_op.f('ix_catalog_items_workspace_id'), ['workspace_id'], unique=False)
+
     op.create_table('memberships',
     sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -204,11 +228,114 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_quotas')),
     sa.UniqueConstraint('workspace_id', 'pool_id', name='uq_quotas_workspace_pool')
     )
+    op.create_table('catalog_versions',
+    sa.Column('item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('number', sa.Integer(), nullable=False),
+    sa.Column('visibility', sa.String(length=16), nullable=False),
+    sa.Column('shared_workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('description', sa.String(length=4096), nullable=False),
+    sa.Column('metadata', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('file_count', sa.Integer(), nullable=False),
+    sa.Column('size_bytes', sa.BigInteger(), nullable=False),
+    sa.Column('manifest_sha256', sa.String(length=64), nullable=False),
+    sa.Column('created_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('copied_from_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['created_by_id'], ['users.id'], name=op.f('fk_catalog_versions_created_by_id_users'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['item_id'], ['catalog_items.id'], name=op.f('fk_catalog_versions_item_id_catalog_items'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['shared_workspace_id'], ['workspaces.id'], name=op.f('fk_catalog_versions_shared_workspace_id_workspaces'), ondelete='SET NULL'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_catalog_versions')),
+    sa.UniqueConstraint('item_id', 'number', name='uq_catalog_versions_item_number')
+    )
+    with op.batch_alter_table('catalog_versions', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_catalog_versions_shared_workspace_id'), ['shared_workspace_id'], unique=False)
+        batch_op.create_index(batch_op.f('ix_catalog_versions_visibility'), ['visibility'], unique=False)
+
+    op.create_table('upload_sessions',
+    sa.Column('item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('files', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('needed', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('part_size', sa.BigInteger(), nullable=False),
+    sa.Column('archive', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=True),
+    sa.Column('description', sa.String(length=4096), nullable=False),
+    sa.Column('version_meta', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['item_id'], ['catalog_items.id'], name=op.f('fk_upload_sessions_item_id_catalog_items'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_upload_sessions_user_id_users'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_upload_sessions'))
+    )
+    with op.batch_alter_table('upload_sessions', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_upload_sessions_expires_at'), ['expires_at'], unique=False)
+        batch_op.create_index(batch_op.f('ix_upload_sessions_item_id'), ['item_id'], unique=False)
+
+    op.create_table('image_builds',
+    sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('env_hash', sa.String(length=64), nullable=False),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('error', sa.Text(), nullable=False),
+    sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('lock_owner', sa.String(), nullable=True),
+    sa.Column('lock_token', sa.String(), nullable=True),
+    sa.Column('lock_expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['version_id'], ['catalog_versions.id'], name=op.f('fk_image_builds_version_id_catalog_versions'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_image_builds')),
+    sa.UniqueConstraint('version_id', name=op.f('uq_image_builds_version_id'))
+    )
+    with op.batch_alter_table('image_builds', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_image_builds_env_hash'), ['env_hash'], unique=False)
+        batch_op.create_index(batch_op.f('ix_image_builds_lock_expires_at'), ['lock_expires_at'], unique=False)
+        batch_op.create_index(batch_op.f('ix_image_builds_state'), ['state'], unique=False)
+
+    op.create_table('version_files',
+    sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('path', sa.String(length=1024), nullable=False),
+    sa.Column('size', sa.BigInteger(), nullable=False),
+    sa.Column('sha256', sa.String(length=64), nullable=False),
+    sa.Column('mode', sa.Integer(), nullable=False),
+    sa.ForeignKeyConstraint(['version_id'], ['catalog_versions.id'], name=op.f('fk_version_files_version_id_catalog_versions'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('version_id', 'path', name=op.f('pk_version_files'))
+    )
+    with op.batch_alter_table('version_files', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_version_files_sha256'), ['sha256'], unique=False)
+
     # ### end Alembic commands ###
 
 
 def downgrade() -> None:
     # ### commands auto generated by Alembic - please adjust! ###
+    with op.batch_alter_table('version_files', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_version_files_sha256'))
+
+    op.drop_table('version_files')
+    with op.batch_alter_table('image_builds', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_image_builds_state'))
+        batch_op.drop_index(batch_op.f('ix_image_builds_lock_expires_at'))
+        batch_op.drop_index(batch_op.f('ix_image_builds_env_hash'))
+
+    op.drop_table('image_builds')
+    with op.batch_alter_table('upload_sessions', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_upload_sessions_item_id'))
+        batch_op.drop_index(batch_op.f('ix_upload_sessions_expires_at'))
+
+    op.drop_table('upload_sessions')
+    with op.batch_alter_table('catalog_versions', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_catalog_versions_visibility'))
+        batch_op.drop_index(batch_op.f('ix_catalog_versions_shared_workspace_id'))
+
+    op.drop_table('catalog_versions')
     op.drop_table('quotas')
     with op.batch_alter_table('pool_grants', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_pool_grants_workspace_id'))
@@ -218,6 +345,11 @@ def downgrade() -> None:
         batch_op.drop_index('ix_memberships_user_id')
 
     op.drop_table('memberships')
+    with op.batch_alter_table('catalog_items', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_catalog_items_workspace_id'))
+        batch_op.drop_index('ix_catalog_items_kind_preset')
+
+    op.drop_table('catalog_items')
     op.drop_table('workspaces')
     op.drop_table('resource_specs')
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
