@@ -15,18 +15,23 @@ from aicenter.api.errors import install_error_handlers
 from aicenter.api.middleware import RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
-from aicenter.controllers import heartbeat
+from aicenter.controllers import heartbeat, image_builder, store_gc
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
 from aicenter.services.auth import TokenVerifier
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
+from aicenter.storage import BlobStore
 from aicenter.web import install as install_console
 
 log = logging.getLogger("aicenter")
 
 # Functions that build this process's controllers from the context; areas register theirs here.
-CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [heartbeat.build]
+CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
+    heartbeat.build,
+    store_gc.build,
+    image_builder.build,
+]
 
 
 def create_app(
@@ -44,6 +49,7 @@ def create_app(
         db=db,
         tokens=TokenVerifier(settings.token_cache_s),
         secret_key=settings.resolve_secret_key(),
+        store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
     )
 
     @asynccontextmanager

@@ -67,6 +67,7 @@ class Server:
 
     home: Path
     port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)  # extra AICENTER_* settings for this server
     proc: subprocess.Popen[str] | None = None
     ready_after_s: float = 0.0
     output: str = ""
@@ -81,7 +82,7 @@ class Server:
         started = time.monotonic()
         self.proc = subprocess.Popen(
             [_executable("aicenter"), "up", "--home", str(self.home), "--port", str(self.port)],
-            env=clean_env(AICENTER_ADMIN_PASSWORD=ADMIN_PASSWORD),
+            env=clean_env(AICENTER_ADMIN_PASSWORD=ADMIN_PASSWORD, **self.env),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from aicenter.config import Settings
 from aicenter.db.engine import Database
 from aicenter.services.auth import TokenVerifier
+from aicenter.storage import BlobStore
 
 
 @dataclass
@@ -15,3 +16,4 @@ class AppContext:
     db: Database
     tokens: TokenVerifier
     secret_key: str
+    store: BlobStore

@@ -237,6 +237,32 @@ def workspace_delete(
     out.done(f"Deleted workspace {workspace!r}.", output)
 
 
+@workspace_app.command("storage")
+def workspace_storage(
+    workspace: Annotated[str, typer.Argument(help="Workspace name or id.")],
+    limit: Annotated[
+        str | None, typer.Option("--limit", help="Set the storage quota, e.g. 10Gi (platform admins).")
+    ] = None,
+    no_limit: Annotated[bool, typer.Option("--no-limit", help="Remove the storage quota (platform admins).")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Storage used by the workspace's catalog items, and its quota."""
+    if limit is not None and no_limit:
+        raise invalid("--limit", "give --limit or --no-limit, not both")
+    with client() as api:
+        ws = workspace_id(api, workspace)
+        if limit is not None or no_limit:
+            usage = api.set_storage_quota(ws, None if no_limit else quantity(limit or ""))
+        else:
+            usage = api.storage_usage(ws)
+    columns: list[out.Column] = [
+        ("workspace", lambda u: workspace),
+        ("used", lambda u: out.size(u.used_bytes) or "0"),
+        ("limit", lambda u: out.size(u.limit_bytes) if u.limit_bytes is not None else "unlimited"),
+    ]
+    out.show(usage, output, columns if output is Output.table else None)
+
+
 # -- members ---------------------------------------------------------------------------------------------------
 
 

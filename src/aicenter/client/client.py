@@ -5,9 +5,10 @@ from __future__ import annotations
 from aicenter.client._auth import AuthMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._tenancy import TenancyMixin
+from aicenter.client.transfer import TransferMixin
 
 
-class Client(AuthMixin, TenancyMixin, InventoryMixin):
+class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin):
     """A synchronous client of an aicenter server.
 
     Every call raises :class:`~aicenter.client.ApiError` on an error answer and

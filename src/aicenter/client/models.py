@@ -16,7 +16,12 @@ __all__ = [
     "AcceleratorType",
     "ApiModel",
     "AuditEvent",
+    "Build",
+    "FileInfo",
+    "FsckReport",
+    "GcReport",
     "Health",
+    "Item",
     "LoginResult",
     "Member",
     "MyWorkspace",
@@ -26,9 +31,12 @@ __all__ = [
     "Pool",
     "Quota",
     "Spec",
+    "StorageUsage",
     "Token",
     "TokenCreated",
+    "Upload",
     "User",
+    "Version",
     "Workspace",
 ]
 
@@ -201,3 +209,113 @@ class Pool(ApiModel):
     node_count: int = 0
     workspaces: list[int] | None = None  # platform admins only
     created_at: datetime | None = None
+
+
+# -- catalog (issue 4) ------------------------------------------------------------------------------------------
+
+
+class Item(ApiModel):
+    """A dataset, algorithm, image or model: a name with immutable versions."""
+
+    id: int
+    kind: str
+    name: str
+    is_preset: bool = False
+    owner_id: int | None = None
+    owner_name: str | None = None
+    workspace_id: int | None = None
+    workspace_name: str | None = None
+    description: str = ""
+    tags: list[str] = []
+    metadata: dict[str, Any] = {}
+    version_count: int = 0
+    latest_version: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class Version(ApiModel):
+    """One immutable version of an item; ``ref`` names it the way the CLI takes it (``imagenet-mini:2``)."""
+
+    id: int
+    item_id: int
+    kind: str
+    item_name: str
+    owner_name: str | None = None
+    number: int
+    visibility: str = "private"
+    shared_workspace_id: int | None = None
+    shared_workspace_name: str | None = None
+    state: str = "ready"
+    description: str = ""
+    metadata: dict[str, Any] = {}
+    file_count: int = 0
+    size_bytes: int = 0
+    manifest_sha256: str | None = None
+    created_by_id: int | None = None
+    created_by_name: str | None = None
+    copied_from_id: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    ref: str = ""
+    can_read_content: bool = False
+
+
+class FileInfo(ApiModel):
+    """A file of a version: relative POSIX path, size, sha256 and mode."""
+
+    path: str
+    size: int
+    sha256: str
+    mode: int = 0o644
+
+
+class Upload(ApiModel):
+    """An upload session. ``missing`` lists, per needed file, the parts the server has not received yet."""
+
+    id: int
+    item_id: int
+    kind: str
+    state: str
+    part_size: int
+    expires_at: datetime | None = None
+    file_count: int = 0
+    total_bytes: int = 0
+    needed: list[int] = []
+    missing: list[dict[str, Any]] = []
+    version_id: int | None = None
+
+
+class Build(ApiModel):
+    """The build of a venv image version: state, the environment's hash and the tail of its log."""
+
+    version_id: int
+    state: str
+    env_hash: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    log_tail: str = ""
+
+
+class StorageUsage(ApiModel):
+    """A workspace's logical storage use and its quota (``limit_bytes`` None: unlimited)."""
+
+    workspace_id: int
+    limit_bytes: int | None = None
+    used_bytes: int = 0
+
+
+class GcReport(ApiModel):
+    scanned: int = 0
+    deleted: int = 0
+    freed_bytes: int = 0
+    kept_young: int = 0
+    expired_uploads: int = 0
+
+
+class FsckReport(ApiModel):
+    checked: int = 0
+    missing: list[str] = []
+    damaged: list[str] = []
+    quarantined: list[str] = []

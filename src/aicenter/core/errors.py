@@ -89,3 +89,9 @@ class UnsafeArchive(AicenterError):
 
     code = "unsafe_archive"
     status = 422
+
+
+class InvalidTransition(Conflict):
+    """A status change the lifecycle table does not allow (core/jobs/lifecycle.py)."""
+
+    code = "invalid_transition"

@@ -60,6 +60,10 @@ SECTIONS: list[str] = ["Workspace", "Account", "Administration"]
 NAV: list[NavEntry] = [
     NavEntry("home", "Home", "/"),
     NavEntry("workspaces", "Workspaces", "/workspaces", description="See your workspaces, their members and quotas."),
+    NavEntry("datasets", "Datasets", "/datasets", description="Upload, version, preview and share your data."),
+    NavEntry("algorithms", "Algorithms", "/algorithms", description="Your training code, versioned and shareable."),
+    NavEntry("images", "Images", "/images", description="Python environments and container images for jobs."),
+    NavEntry("models", "Models", "/models", description="Trained models, saved by jobs or uploaded."),
     NavEntry("specs", "Resource specs", "/specs", description="The resource bundles you can run work on, with prices."),
     NavEntry("pools", "Pools", "/pools", description="The groups of nodes your workspace may use."),
     NavEntry("accelerator-types", "Accelerator types", "/accelerator-types", description="GPUs and NPUs on offer."),

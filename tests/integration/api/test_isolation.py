@@ -19,6 +19,8 @@ check; an operation whose body could not be synthesized is reported at the end o
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -37,6 +39,7 @@ from fastapi import FastAPI
 from aicenter.api.access import Access
 from aicenter.app import create_app
 from aicenter.config import Settings
+from aicenter.core.catalog import ItemKind
 from aicenter.core.roles import TokenKind, WorkspaceRole
 from aicenter.db.engine import Database
 from aicenter.db.models import (
@@ -49,7 +52,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import auth, tenancy
+from aicenter.services import auth, catalog, tenancy
 from aicenter.services.context import Actor
 
 API_PREFIX = "/api/"
@@ -140,6 +143,17 @@ class World:
     accelerator_type: int
     accelerator_type_name: str
     alice_token_id: int  # a named API token of alice, not the one she calls with
+    items: dict[str, int]  # collection name (datasets, ...) -> a private item of alice, version 1 has README.md
+    presets: dict[str, int]  # collection name -> a preset item (imports go into presets only)
+    version_id: int  # id of version 1 of alice's dataset (for "#<id>" references)
+    upload_id: int  # an open upload of alice: one needed file of one part
+    upload_bytes: bytes  # the content of that file
+    import_dir: str  # a directory under the server's import roots, with one file
+
+    def item_for(self, path: str) -> int:
+        """The item an operation's {item_id} names: collections differ by kind, imports need a preset."""
+        plural = path.split("/")[3]
+        return (self.presets if path.endswith("/imports") else self.items)[plural]
 
 
 @dataclass(frozen=True)
@@ -149,20 +163,26 @@ class PathParam:
     operation, as opposed to platform-wide things (nodes, accelerator types) that only ``admin`` operations touch.
     """
 
-    value: Callable[[World], int | str]
+    value: Callable[[World, str], int | str]  # (world, the operation's path) -> value
     of_workspace_a: bool
 
 
 # Extend this map when you add an endpoint with a new path parameter.
 PATH_PARAMS: dict[str, PathParam] = {
-    "workspace_id": PathParam(lambda w: w.workspace_a, True),
-    "user_id": PathParam(lambda w: w.alice.user_id, True),
-    "member_id": PathParam(lambda w: w.amy.user_id, True),
-    "pool_id": PathParam(lambda w: w.pool_a, True),
-    "spec_id": PathParam(lambda w: w.spec_a, True),
-    "token_id": PathParam(lambda w: w.alice_token_id, True),
-    "node_id": PathParam(lambda w: w.node, False),
-    "accelerator_type_id": PathParam(lambda w: w.accelerator_type, False),
+    "workspace_id": PathParam(lambda w, p: w.workspace_a, True),
+    "user_id": PathParam(lambda w, p: w.alice.user_id, True),
+    "member_id": PathParam(lambda w, p: w.amy.user_id, True),
+    "pool_id": PathParam(lambda w, p: w.pool_a, True),
+    "spec_id": PathParam(lambda w, p: w.spec_a, True),
+    "token_id": PathParam(lambda w, p: w.alice_token_id, True),
+    "node_id": PathParam(lambda w, p: w.node, False),
+    "accelerator_type_id": PathParam(lambda w, p: w.accelerator_type, False),
+    "item_id": PathParam(lambda w, p: w.item_for(p), True),
+    "number": PathParam(lambda w, p: 1, True),
+    "path": PathParam(lambda w, p: "README.md", True),
+    "upload_id": PathParam(lambda w, p: w.upload_id, True),
+    "index": PathParam(lambda w, p: 0, True),
+    "part": PathParam(lambda w, p: 0, True),
 }
 
 
@@ -191,7 +211,7 @@ def _password_hash() -> str:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def world(db: Database) -> World:
+async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     admin = await _caller(db, "iso-admin", admin=True)
     alice = await _caller(db, "alice")
     amy = await _caller(db, "amy")
@@ -240,6 +260,11 @@ async def world(db: Database) -> World:
         alice_token = await auth.issue_token(session, alice_user, name="laptop", kind=TokenKind.API, ttl_s=None)
         await session.flush()
         ids = (pool.id, spec.id, node.id, accelerator_type.id, alice_token.token.id)
+    items, presets, version_id, upload_id, upload_bytes = await _catalog_world(app, tmp_path, alice, admin)
+    import_dir = tmp_path / "imports" / "one"
+    import_dir.mkdir(parents=True)
+    (import_dir / "data.txt").write_bytes(b"imported")
+    monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
     return World(
         admin=admin,
         alice=alice,
@@ -253,7 +278,48 @@ async def world(db: Database) -> World:
         accelerator_type=ids[3],
         accelerator_type_name=accelerator_type.name,
         alice_token_id=ids[4],
+        items=items,
+        presets=presets,
+        version_id=version_id,
+        upload_id=upload_id,
+        upload_bytes=upload_bytes,
+        import_dir=str(import_dir),
     )
+
+
+async def _catalog_world(
+    app: FastAPI, tmp_path: Path, alice: Caller, admin: Caller
+) -> tuple[dict[str, int], dict[str, int], int, int, bytes]:
+    """Per kind a private item of alice whose version 1 holds README.md, and a preset item; an open upload of
+    alice whose one file (fresh random bytes, so the store cannot already hold them) still needs its part."""
+    ctx = app.state.ctx
+    as_alice = Actor(alice.user_id, alice.username)
+    as_admin = Actor(admin.user_id, admin.username, is_platform_admin=True)
+    content = tmp_path / "content"
+    content.mkdir()
+    (content / "README.md").write_bytes(b"alice's notes")
+    items: dict[str, int] = {}
+    presets: dict[str, int] = {}
+    for kind in ItemKind:
+        async with ctx.db.write() as session:
+            item = await catalog.create_item(session, as_alice, kind, name=f"private-{kind.value}")
+            preset = await catalog.create_item(session, as_admin, kind, name=f"preset-{kind.value}", preset=True)
+        await catalog.create_version_from_directory(ctx.db, as_alice, ctx.store, kind, item.id, content)
+        items[kind.plural], presets[kind.plural] = item.id, preset.id
+    upload_bytes = os.urandom(16)
+    async with ctx.db.write() as session:
+        version = await catalog.get_version(session, as_alice, ItemKind.DATASET, items["datasets"], 1)
+        upload = await catalog.start_upload(
+            session,
+            as_alice,
+            ctx.store,
+            ctx.settings,
+            ItemKind.DATASET,
+            items["datasets"],
+            files=[{"path": "part.bin", "size": len(upload_bytes), "sha256": hashlib.sha256(upload_bytes).hexdigest()}],
+        )
+    assert upload.needed == [0]
+    return items, presets, version.id, upload.id, upload_bytes
 
 
 # ------------------------------------------------------------------------------------------------- requests
@@ -273,7 +339,7 @@ def _url(op: Operation, world: World, missing: str | None = None) -> str:
                 f"{op.id}: unknown path parameter {{{name}}}; add it to PATH_PARAMS in "
                 f"tests/integration/api/test_isolation.py with a real row of workspace A"
             )
-        value = MISSING_ID if name == missing else param.value(world)
+        value = MISSING_ID if name == missing else param.value(world, op.path)
         url = url.replace(f"{{{name}}}", str(value))
     return url
 
@@ -376,6 +442,24 @@ _STRING_VALUES: dict[str, Callable[[World], str]] = {
     "accelerator_type": lambda w: w.accelerator_type_name,
     "type": lambda w: w.accelerator_type_name,
     "address": lambda w: "10.0.0.9",
+    "limit": lambda w: "1Gi",
+    "ref": lambda w: f"#{w.version_id}",
+    "path": lambda w: w.import_dir,
+}
+
+
+def _raw_body(op: Operation, world: World) -> bytes:
+    """A raw body that the allowed caller's request would accept: the open upload's one part, or a bundle
+    carrying that file (a 48-byte header: index, size, reserved, 16 hex digits each)."""
+    data = world.upload_bytes
+    if op.path.endswith("/bundle"):
+        return f"{0:016x}{len(data):016x}{0:016x}".encode() + data
+    return data
+
+
+_HEADER_VALUES: dict[str, Callable[[World, Any], str]] = {
+    "X-Part-Sha256": lambda w, body: hashlib.sha256(body if isinstance(body, bytes) else b"").hexdigest(),
+    "Content-Type": lambda w, body: "application/octet-stream",
 }
 
 
@@ -383,6 +467,8 @@ def _bodies(app: FastAPI, op: Operation, world: World) -> list[Any]:
     """Candidate JSON bodies, most minimal first; [None] for operations without a JSON body."""
     spec = _spec(app, op)
     content = spec.get("requestBody", {}).get("content", {})
+    if "application/octet-stream" in content:
+        return [_raw_body(op, world)]
     if "application/json" not in content:
         return [None]
     schema = content["application/json"].get("schema", {})
@@ -415,6 +501,18 @@ def _query(app: FastAPI, op: Operation, world: World) -> dict[str, Any]:
     }
 
 
+def _headers(app: FastAPI, op: Operation, world: World, body: Any) -> dict[str, str]:
+    """Values for required header parameters (the part hash of a raw body, its content type)."""
+    out = {}
+    for p in _spec(app, op).get("parameters", []):
+        if p.get("in") == "header" and p.get("required"):
+            make = _HEADER_VALUES.get(p["name"])
+            if make is None:
+                pytest.fail(f"{op.id}: add a value for the required header {p['name']} to _HEADER_VALUES")
+            out[p["name"]] = make(world, body)
+    return out
+
+
 async def _call(
     client: httpx.AsyncClient,
     op: Operation,
@@ -423,9 +521,13 @@ async def _call(
     headers: dict[str, str] | None = None,
     body: Any = None,
     params: dict[str, Any] | None = None,
+    extra_headers: dict[str, str] | None = None,
 ) -> httpx.Response:
+    sent = {**(extra_headers or {}), **(headers or {})}
+    if isinstance(body, bytes):
+        return await client.request(op.method.upper(), url, headers=sent, params=params, content=body)
     return await client.request(
-        op.method.upper(), url, headers=headers or {}, params=params, json=body if body is not None else None
+        op.method.upper(), url, headers=sent, params=params, json=body if body is not None else None
     )
 
 
@@ -516,19 +618,26 @@ async def test_other_workspace_cannot_reach_workspace_a(
 
     allowed = world.admin if level is Access.ADMIN else world.alice
 
+    def hdrs(body: Any) -> dict[str, str]:
+        return _headers(app, op, world, body)
+
     # The outsider first, while every row of A is intact.
     candidates = _bodies(app, op, world)
     body: Any = None
     response: httpx.Response | None = None
     for body in candidates:
-        response = await _call(client, op, url, headers=world.mallory.headers, body=body, params=params)
+        response = await _call(
+            client, op, url, headers=world.mallory.headers, body=body, params=params, extra_headers=hdrs(body)
+        )
         if response.status_code != 422:
             break
     assert response is not None
     if response.status_code == 422:
         # Validation answered before authorization. Fine only if the bodies are what is wrong, for everyone.
         for candidate in candidates:
-            check = await _call(client, op, url, headers=allowed.headers, body=candidate, params=params)
+            check = await _call(
+                client, op, url, headers=allowed.headers, body=candidate, params=params, extra_headers=hdrs(candidate)
+            )
             assert check.status_code == 422, (
                 f"{op.id}: a member of another workspace got 422 for body {candidate} where the allowed caller "
                 f"got {check.status_code}: authorization must come before business validation"
@@ -546,7 +655,13 @@ async def test_other_workspace_cannot_reach_workspace_a(
             assert response.status_code == 403, f"{op.id} (admin) must answer 403 to a member: {_explain(response)}"
         for name in owned:
             missing = await _call(
-                client, op, _url(op, world, missing=name), headers=world.mallory.headers, body=body, params=params
+                client,
+                op,
+                _url(op, world, missing=name),
+                headers=world.mallory.headers,
+                body=body,
+                params=params,
+                extra_headers=hdrs(body),
             )
             assert _shape(missing) == _shape(response), (
                 f"{op.id}: existence leak through {{{name}}}: a hidden row answers {_explain(response)} "
@@ -555,7 +670,9 @@ async def test_other_workspace_cannot_reach_workspace_a(
 
     # A plain member of A.
     if level in (Access.ADMIN, Access.WORKSPACE_ADMIN, Access.WORKSPACE):
-        member = await _call(client, op, url, headers=world.amy.headers, body=body, params=params)
+        member = await _call(
+            client, op, url, headers=world.amy.headers, body=body, params=params, extra_headers=hdrs(body)
+        )
         if level is Access.WORKSPACE:
             assert member.status_code not in (401, 403), f"{op.id}: a member of A was refused: {_explain(member)}"
         else:
@@ -564,7 +681,7 @@ async def test_other_workspace_cannot_reach_workspace_a(
             )
 
     # The allowed caller last (it may change or delete A's rows): proves the ids above were right.
-    ok = await _call(client, op, url, headers=allowed.headers, body=body, params=params)
+    ok = await _call(client, op, url, headers=allowed.headers, body=body, params=params, extra_headers=hdrs(body))
     assert ok.status_code not in (401, 403, 404), (
         f"{op.id} ({level}): the allowed caller {allowed.username} was refused, so the 403/404 above proves "
         f"nothing (wrong ids in PATH_PARAMS or the world?): {_explain(ok)}"
@@ -575,7 +692,8 @@ async def test_other_workspace_cannot_reach_workspace_a(
 def _fake_world() -> World:
     """Ids for the anonymous check, which must be refused before any row is looked up."""
     nobody = Caller(0, "nobody", "")
-    return World(nobody, nobody, nobody, nobody, 1, 2, 1, 1, 1, 1, "nvidia-a100", 1)
+    kinds = {kind.plural: 1 for kind in ItemKind}
+    return World(nobody, nobody, nobody, nobody, 1, 2, 1, 1, 1, 1, "nvidia-a100", 1, kinds, kinds, 1, 1, b"", "/")
 
 
 _FAKE_WORLD = _fake_world()

@@ -2,7 +2,20 @@
 
 from fastapi import APIRouter
 
-from aicenter.api.routers import accelerator_types, audit, auth, health, nodes, pools, specs, users, workspaces
+from aicenter.api.routers import (
+    accelerator_types,
+    audit,
+    auth,
+    catalog,
+    health,
+    nodes,
+    pools,
+    specs,
+    storage,
+    uploads,
+    users,
+    workspaces,
+)
 
 ROUTERS: list[APIRouter] = [
     health.router,
@@ -14,4 +27,7 @@ ROUTERS: list[APIRouter] = [
     accelerator_types.router,
     specs.router,
     pools.router,
+    *catalog.ROUTERS,
+    uploads.router,
+    storage.router,
 ]

@@ -3,6 +3,7 @@
 from aicenter.db.models.audit import AuditEvent
 from aicenter.db.models.catalog import CatalogItem, CatalogVersion, ImageBuild, UploadSession, VersionFile
 from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
+from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
 from aicenter.db.models.lease import Lease
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
 
@@ -13,6 +14,9 @@ __all__ = [
     "CatalogItem",
     "CatalogVersion",
     "ImageBuild",
+    "Job",
+    "JobEvent",
+    "JobTemplate",
     "Lease",
     "LoginAttempt",
     "Membership",
@@ -20,6 +24,7 @@ __all__ = [
     "Pool",
     "PoolGrant",
     "Quota",
+    "Replica",
     "ResourceSpec",
     "UploadSession",
     "User",

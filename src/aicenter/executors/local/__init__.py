@@ -1,5 +1,6 @@
 """The ``local`` executor: replicas as processes on this host."""
 
+from aicenter.executors.local.executor import LocalExecutor
 from aicenter.executors.local.host import detect_host
 
-__all__ = ["detect_host"]
+__all__ = ["LocalExecutor", "detect_host"]

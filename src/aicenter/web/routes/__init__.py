@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from aicenter.web.routes import account, audit, home, nodes, pools, session, specs, users, workspaces
+from aicenter.web.routes import (
+    account,
+    audit,
+    catalog,
+    catalog_versions,
+    home,
+    nodes,
+    pools,
+    session,
+    specs,
+    users,
+    workspaces,
+)
 
 ROUTERS: list[APIRouter] = [
     session.router,
@@ -16,4 +28,6 @@ ROUTERS: list[APIRouter] = [
     specs.router,
     pools.router,
     audit.router,
+    catalog.router,
+    catalog_versions.router,
 ]

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 600760cf5c01
+Revision ID: ab6477ee84f2
 Revises: 
-Create Date: 2026-12-03 06:15:28.552911
+Create Date: 2026-12-03 06:39:06.684235
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '600760cf5c01'
+revision: str = 'ab6477ee84f2'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -192,6 +192,62 @@ def upgrade() -> None:
         batch_op.create_index('ix_catalog_items_kind_preset', ['kind', 'is_preset'], unique=False)
         batch_op.create_index(batch_op.f('ix_catalog_items_workspace_id'), ['workspace_id'], unique=False)
 
+    op.create_table('job_templates',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('description', sa.String(length=4096), nullable=False),
+    sa.Column('spec', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_job_templates_user_id_users'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_job_templates_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_job_templates')),
+    sa.UniqueConstraint('workspace_id', 'name', name='uq_job_templates_workspace_name')
+    )
+    op.create_table('jobs',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('spec', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('pending_reason', sa.String(length=1024), nullable=False),
+    sa.Column('failure_reason', sa.String(length=32), nullable=True),
+    sa.Column('exit_code', sa.Integer(), nullable=True),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('priority', sa.Integer(), nullable=False),
+    sa.Column('pool_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('restart_count', sa.Integer(), nullable=False),
+    sa.Column('counted_restarts', sa.Integer(), nullable=False),
+    sa.Column('image_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('algorithm_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('dataset_version_ids', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('output_model_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('submitted_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('scheduled_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('stop_requested_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('stop_requested_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('lock_owner', sa.String(), nullable=True),
+    sa.Column('lock_token', sa.String(), nullable=True),
+    sa.Column('lock_expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['pool_id'], ['pools.id'], name=op.f('fk_jobs_pool_id_pools'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_jobs_user_id_users'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_jobs_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_jobs'))
+    )
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_jobs_lock_expires_at'), ['lock_expires_at'], unique=False)
+        batch_op.create_index('ix_jobs_status', ['status'], unique=False)
+        batch_op.create_index('ix_jobs_user_id', ['user_id'], unique=False)
+        batch_op.create_index('ix_jobs_workspace_id_status', ['workspace_id', 'status'], unique=False)
+
     op.create_table('memberships',
     sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -253,6 +309,57 @@ def upgrade() -> None:
     with op.batch_alter_table('catalog_versions', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_catalog_versions_shared_workspace_id'), ['shared_workspace_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_catalog_versions_visibility'), ['visibility'], unique=False)
+
+    op.create_table('job_events',
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('actor_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('actor_name', sa.String(length=64), nullable=False),
+    sa.Column('from_status', sa.String(length=16), nullable=True),
+    sa.Column('to_status', sa.String(length=16), nullable=False),
+    sa.Column('reason', sa.String(length=64), nullable=True),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_job_events_job_id_jobs'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_job_events'))
+    )
+    with op.batch_alter_table('job_events', schema=None) as batch_op:
+        batch_op.create_index('ix_job_events_job_id_at', ['job_id', 'at'], unique=False)
+
+    op.create_table('replicas',
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('task', sa.String(length=64), nullable=False),
+    sa.Column('index', sa.Integer(), nullable=False),
+    sa.Column('attempt', sa.Integer(), nullable=False),
+    sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('node_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('node_name', sa.String(length=128), nullable=True),
+    sa.Column('devices', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('cpus', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=True),
+    sa.Column('cpu_milli', sa.BigInteger(), nullable=False),
+    sa.Column('memory_bytes', sa.BigInteger(), nullable=False),
+    sa.Column('gpu', sa.Integer(), nullable=False),
+    sa.Column('gpu_type', sa.String(length=64), nullable=True),
+    sa.Column('gpu_share', sa.Double(), nullable=True),
+    sa.Column('spec_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('billing_weight', sa.Double(), nullable=False),
+    sa.Column('handle', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=True),
+    sa.Column('exit_code', sa.Integer(), nullable=True),
+    sa.Column('reason', sa.String(length=32), nullable=True),
+    sa.Column('ports', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_replicas_job_id_jobs'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['node_id'], ['nodes.id'], name=op.f('fk_replicas_node_id_nodes'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['spec_id'], ['resource_specs.id'], name=op.f('fk_replicas_spec_id_resource_specs'), ondelete='SET NULL'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_replicas')),
+    sa.UniqueConstraint('job_id', 'task', 'index', 'attempt', name='uq_replicas_job_task_index_attempt')
+    )
+    with op.batch_alter_table('replicas', schema=None) as batch_op:
+        batch_op.create_index('ix_replicas_status', ['status'], unique=False)
 
     op.create_table('upload_sessions',
     sa.Column('item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -331,6 +438,14 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_upload_sessions_expires_at'))
 
     op.drop_table('upload_sessions')
+    with op.batch_alter_table('replicas', schema=None) as batch_op:
+        batch_op.drop_index('ix_replicas_status')
+
+    op.drop_table('replicas')
+    with op.batch_alter_table('job_events', schema=None) as batch_op:
+        batch_op.drop_index('ix_job_events_job_id_at')
+
+    op.drop_table('job_events')
     with op.batch_alter_table('catalog_versions', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_catalog_versions_visibility'))
         batch_op.drop_index(batch_op.f('ix_catalog_versions_shared_workspace_id'))
@@ -345,6 +460,14 @@ def downgrade() -> None:
         batch_op.drop_index('ix_memberships_user_id')
 
     op.drop_table('memberships')
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.drop_index('ix_jobs_workspace_id_status')
+        batch_op.drop_index('ix_jobs_user_id')
+        batch_op.drop_index('ix_jobs_status')
+        batch_op.drop_index(batch_op.f('ix_jobs_lock_expires_at'))
+
+    op.drop_table('jobs')
+    op.drop_table('job_templates')
     with op.batch_alter_table('catalog_items', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_catalog_items_workspace_id'))
         batch_op.drop_index('ix_catalog_items_kind_preset')

@@ -1,0 +1,346 @@
+"""The ``local`` executor: each replica is a launcher process on this host (``aicenter.runtime.launcher``).
+
+The executor keeps no state of its own: a replica is its run directory (plan, status, output) plus the launcher's
+pid and start time in the handle. That is what makes re-adoption work: a server restarted after a crash builds a
+new ``LocalExecutor`` and gets the status, logs and stop of replicas an earlier process launched, and the
+launcher has recorded the exit of those that finished while no server was up.
+
+Every signal goes through ``_same_process``: a pid is signalled only when the process now holding it started
+at the recorded time, so a pid reused by an unrelated process after a reboot or a long outage is never hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import psutil
+
+from aicenter.executors.base import (
+    HostInfo,
+    LaunchFailed,
+    ReplicaHandle,
+    ReplicaPlan,
+    ReplicaState,
+    ReplicaStatus,
+)
+from aicenter.executors.local.host import detect_host, node_name
+from aicenter.runtime.files import (
+    LAUNCHER_LOG,
+    OUTPUT_FILE,
+    PLAN_FILE,
+    STATUS_FILE,
+    LauncherPlan,
+    parse_stamp,
+    read_json,
+    write_json_atomic,
+)
+
+__all__ = ["LocalExecutor"]
+
+# Start times are compared with a tolerance: psutil derives them from clock ticks since boot (1/100 s).
+_START_TIME_TOLERANCE_S = 0.05
+_POLL_S = 0.02
+_FOLLOW_POLL_S = 0.1
+_READ_CHUNK = 256 * 1024
+# After SIGKILL of the command, the launcher needs a moment to reap it and write the final status.
+_LAUNCHER_FINISH_S = 5.0
+# Ports handed out recently are not handed out again: the kernel may return a port that was just released,
+# and two replicas of one job must not be told the same port before either has bound it.
+_RECENT_PORTS = 4096
+
+
+def _same_process(pid: int | None, start_time: float | None) -> psutil.Process | None:
+    """The live process ``pid`` if it started at ``start_time``; None if gone, a zombie or another process."""
+    if not pid or start_time is None:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - start_time) > _START_TIME_TOLERANCE_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return proc
+
+
+def _signal_group(proc: psutil.Process | None, sig: int) -> None:
+    """Signal the process group led by ``proc`` (the command is always its group's leader)."""
+    if proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _signal(proc: psutil.Process | None, sig: int) -> None:
+    if proc is None:
+        return
+    with contextlib.suppress(psutil.Error):
+        proc.send_signal(sig)
+
+
+def _read_chunk(path: Path, offset: int, size: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(size)
+    except FileNotFoundError:
+        return b""
+
+
+class LocalExecutor:
+    """Runs replicas as launcher processes on this host.
+
+    Args:
+        root: Base directory for plans whose ``run_dir`` is relative; None requires absolute run dirs.
+        node_name: The name of this host's node; defaults to the host name, normalized like ``detect_host``.
+        launch_timeout_s: How long ``launch`` waits for the launcher's first status record.
+    """
+
+    name = "local"
+
+    def __init__(self, root: Path | None = None, node_name: str | None = None, launch_timeout_s: float = 30.0) -> None:
+        self.root = root
+        self.node_name = node_name or _default_node_name()
+        self.launch_timeout_s = launch_timeout_s
+        self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
+
+    # -- launch ----------------------------------------------------------------------------------------------
+
+    def _run_dir(self, run_dir: Path | str) -> Path:
+        path = Path(run_dir)
+        if path.is_absolute():
+            return path
+        if self.root is None:
+            raise LaunchFailed(f"run_dir {str(path)!r} is relative and the local executor has no root")
+        return self.root / path
+
+    def _handle(self, run_dir: Path, record: dict[str, Any]) -> ReplicaHandle:
+        return ReplicaHandle(
+            executor=self.name,
+            node=self.node_name,
+            run_dir=str(run_dir),
+            pid=int(record["launcher_pid"]),
+            start_time=float(record["launcher_start_time"]),
+            extra={"child_pid": record.get("child_pid"), "child_start_time": record.get("child_start_time")},
+        )
+
+    async def launch(self, plan: ReplicaPlan) -> ReplicaHandle:
+        """Start the replica's launcher and return once it has recorded the command's start.
+
+        Launching into a run directory that already has a status record adopts that replica instead of
+        starting a second one: a controller that crashed between ``launch`` and storing the handle retries
+        safely, and the work is not done twice.
+
+        Raises:
+            LaunchFailed: Wrong node, unusable run directory, or no launcher status within ``launch_timeout_s``.
+        """
+        if plan.node != self.node_name:
+            raise LaunchFailed(f"replica planned for node {plan.node!r} but this local executor is {self.node_name!r}")
+        run_dir = self._run_dir(plan.run_dir)
+        existing = read_json(run_dir / STATUS_FILE)
+        if existing is not None and existing.get("launcher_pid"):
+            return self._handle(run_dir, existing)
+        launcher_plan = LauncherPlan(
+            command=plan.command,
+            workdir=str(plan.workdir),
+            env=dict(plan.env),
+            devices=tuple(plan.devices),
+            cpus=None if plan.cpus is None else tuple(plan.cpus),
+            memory_bytes=plan.memory_bytes,
+            python_bin=None if plan.python_bin is None else str(plan.python_bin),
+            label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
+        )
+        try:
+            # In a thread: the plan is fsynced, which can take a while on a busy disk.
+            log_file = await asyncio.to_thread(_prepare_run_dir, run_dir, launcher_plan)
+        except OSError as exc:
+            raise LaunchFailed(f"cannot prepare run directory {run_dir}: {exc}") from exc
+        with log_file:
+            # The launcher forks away from this short-lived intermediate (--detach): it is never our child,
+            # so it leaves no zombie behind and lives on when this server dies.
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "aicenter.runtime.launcher",
+                "--detach",
+                str(run_dir / PLAN_FILE),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+            )
+            await proc.wait()
+        deadline = time.monotonic() + self.launch_timeout_s
+        while True:
+            record = read_json(run_dir / STATUS_FILE)
+            if record is not None and record.get("state") in ("running", "exited"):
+                return self._handle(run_dir, record)
+            if time.monotonic() > deadline:
+                tail = _read_chunk(run_dir / LAUNCHER_LOG, 0, 1 << 20)[-2000:].decode(errors="replace")
+                raise LaunchFailed(
+                    f"the launcher in {run_dir} did not start within {self.launch_timeout_s:g} s: {tail}"
+                )
+            await asyncio.sleep(_POLL_S)
+
+    # -- status and stop -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record(handle: ReplicaHandle) -> dict[str, Any]:
+        """The launcher's status record, or ``{}`` when there is none or it belongs to another launcher.
+
+        A handle and a record that disagree on the launcher's identity (a stale or forged handle, a run
+        directory reused) share nothing: the replica is lost to that handle and nothing is signalled through it.
+        """
+        record = read_json(Path(handle.run_dir) / STATUS_FILE) or {}
+        try:
+            same = record.get("launcher_pid") == handle.pid and (
+                abs(float(record["launcher_start_time"]) - handle.start_time) <= _START_TIME_TOLERANCE_S
+            )
+        except (KeyError, TypeError, ValueError):
+            same = False
+        return record if same else {}
+
+    @staticmethod
+    def _child(record: dict[str, Any]) -> psutil.Process | None:
+        return _same_process(record.get("child_pid"), record.get("child_start_time"))
+
+    @staticmethod
+    def _exited(record: dict[str, Any]) -> ReplicaStatus:
+        code = record.get("exit_code")
+        return ReplicaStatus(
+            state=ReplicaState.EXITED,
+            exit_code=None if code is None else int(code),
+            reason=record.get("reason"),
+            started_at=parse_stamp(record.get("started_at")),
+            finished_at=parse_stamp(record.get("finished_at")),
+        )
+
+    async def status(self, handle: ReplicaHandle) -> ReplicaStatus:
+        """Exited per the launcher's final record; running while the launcher lives; otherwise lost."""
+        record = self._record(handle)
+        if record.get("state") == "exited":
+            return self._exited(record)
+        if _same_process(handle.pid, handle.start_time) is not None:
+            return ReplicaStatus(ReplicaState.RUNNING, started_at=parse_stamp(record.get("started_at")))
+        # The launcher may have written its final record and exited between the two reads above.
+        record = self._record(handle)
+        if record.get("state") == "exited":
+            return self._exited(record)
+        return ReplicaStatus(
+            ReplicaState.LOST, reason="launcher lost", started_at=parse_stamp(record.get("started_at"))
+        )
+
+    async def _wait_ended(self, handle: ReplicaHandle, timeout_s: float) -> bool:
+        """Wait until the replica has a final record, or both the launcher and the command are gone."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            record = self._record(handle)
+            if record.get("state") == "exited":
+                return True
+            if _same_process(handle.pid, handle.start_time) is None and self._child(record) is None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_POLL_S)
+
+    async def stop(self, handle: ReplicaHandle, grace_s: float) -> None:
+        """SIGTERM, up to ``grace_s`` to exit, then SIGKILL. Idempotent; never signals a reused pid.
+
+        While the launcher lives, only the launcher is sent SIGTERM: it forwards it to the command's group once
+        (a job trapping SIGTERM to checkpoint must not see it twice). Without a launcher (it was killed), the
+        command's group is signalled directly.
+        """
+        record = self._record(handle)
+        if record.get("state") == "exited":
+            return
+        launcher = _same_process(handle.pid, handle.start_time)
+        if launcher is not None:
+            _signal(launcher, signal.SIGTERM)
+        else:
+            _signal_group(self._child(record), signal.SIGTERM)
+        if await self._wait_ended(handle, grace_s):
+            return
+        _signal_group(self._child(self._record(handle)), signal.SIGKILL)
+        if await self._wait_ended(handle, _LAUNCHER_FINISH_S):
+            return
+        _signal(_same_process(handle.pid, handle.start_time), signal.SIGKILL)
+
+    # -- logs ------------------------------------------------------------------------------------------------
+
+    async def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
+        """Bytes of ``output.log`` from offset ``since``; with ``follow``, until the replica ended and all is read."""
+        path = Path(handle.run_dir) / OUTPUT_FILE
+        offset = max(0, since)
+        while True:
+            chunk = await asyncio.to_thread(_read_chunk, path, offset, _READ_CHUNK)
+            if chunk:
+                offset += len(chunk)
+                yield chunk
+                continue
+            if not follow:
+                return
+            if (await self.status(handle)).state is not ReplicaState.RUNNING:
+                # The launcher writes all output before its final record: one more read drains the rest.
+                while chunk := await asyncio.to_thread(_read_chunk, path, offset, _READ_CHUNK):
+                    offset += len(chunk)
+                    yield chunk
+                return
+            await asyncio.sleep(_FOLLOW_POLL_S)
+
+    # -- inventory -------------------------------------------------------------------------------------------
+
+    async def allocate_ports(self, node: str, count: int) -> list[int]:
+        """``count`` distinct ports free on this host: all bound at once on port 0, read, then released."""
+        if node != self.node_name:
+            raise ValueError(f"the local executor runs on node {self.node_name!r}, not {node!r}")
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        sockets: list[socket.socket] = []
+        ports: list[int] = []
+        try:
+            # Keep every socket open until all ports are read, so the kernel cannot hand one out twice.
+            attempts = 0
+            while len(ports) < count:
+                attempts += 1
+                if attempts > count + _RECENT_PORTS:
+                    raise RuntimeError("could not find enough free ports")
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+                if port in self._recent_ports:
+                    continue
+                ports.append(port)
+        finally:
+            for sock in sockets:
+                sock.close()
+        self._recent_ports.extend(ports)
+        return ports
+
+    async def nodes(self) -> list[HostInfo]:
+        """This host, named ``node_name``."""
+        host = await asyncio.to_thread(detect_host)
+        return [replace(host, name=self.node_name)]
+
+
+def _prepare_run_dir(run_dir: Path, plan: LauncherPlan) -> BinaryIO:
+    """Create the run directory, write the plan, and open the launcher's log for its stdout/stderr."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / PLAN_FILE, plan.to_json())
+    return (run_dir / LAUNCHER_LOG).open("ab")
+
+
+def _default_node_name() -> str:
+    return node_name(socket.gethostname())

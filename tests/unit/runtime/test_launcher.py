@@ -1,0 +1,81 @@
+"""The launcher's pure parts: the child's environment, line stamping, plan and status files."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+from aicenter.runtime.files import LauncherPlan, parse_stamp, read_json, utc_stamp, write_json_atomic
+from aicenter.runtime.launcher import MAX_PENDING_LINE, _Output, _pump, child_env, main
+
+STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ")
+
+
+def test_child_env_keeps_basics_only_and_forces_devices(tmp_path: Path) -> None:
+    plan = LauncherPlan(command="true", workdir="/", env={"FOO": "1", "CUDA_VISIBLE_DEVICES": "7"}, python_bin="/v/bin")
+    inherited = {"PATH": "/usr/bin", "HOME": "/root", "AICENTER_SECRET_KEY": "s", "DATABASE_URL": "postgres://"}
+    env = child_env(plan, tmp_path, inherited)
+    assert env == {
+        "PATH": "/v/bin:/usr/bin",
+        "HOME": "/root",
+        "FOO": "1",
+        "CUDA_VISIBLE_DEVICES": "",  # the scheduler assigned none, whatever the spec asked
+        "AICENTER_RUN_DIR": str(tmp_path),
+    }
+    gpus = child_env(LauncherPlan(command="true", workdir="/", devices=(1, 3)), tmp_path, {})
+    assert gpus["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert gpus["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_plan_round_trips_through_json() -> None:
+    plan = LauncherPlan("c", "/w", {"A": "b"}, (0, 1), (2, 3), 123, "/bin", "job 1")
+    assert LauncherPlan.from_json(plan.to_json()) == plan
+    assert LauncherPlan.from_json({"command": "c", "workdir": "/w"}) == LauncherPlan("c", "/w")
+
+
+def test_pump_stamps_lines_and_keeps_partial_ones(tmp_path: Path) -> None:
+    out = _Output(tmp_path / "out.log")
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as reader:
+        pump = threading.Thread(target=_pump, args=(reader, out))
+        pump.start()
+        os.write(write_fd, b"one\ntw")
+        os.write(write_fd, b"o\n\n" + b"x" * (MAX_PENDING_LINE + 10))
+        os.write(write_fd, b"\ntail without newline")
+        os.close(write_fd)
+        pump.join()
+    out.close()
+    logged = (tmp_path / "out.log").read_bytes().split(b"\n")
+    assert logged[-1] == b""
+    assert all(STAMP.match(line) for line in logged[:-1])
+    payloads = [STAMP.sub(b"", line) for line in logged[:-1]]
+    assert payloads[:3] == [b"one", b"two", b""]
+    assert b"".join(payloads[3:-1]) == b"x" * (MAX_PENDING_LINE + 10)  # an endless line is cut, not lost
+    assert payloads[-1] == b"tail without newline"
+
+
+def test_status_files_are_replaced_whole(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    assert read_json(path) is None
+    write_json_atomic(path, {"state": "running"})
+    write_json_atomic(path, {"state": "exited", "exit_code": 0}, fsync=False)
+    assert read_json(path) == {"state": "exited", "exit_code": 0}
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+    path.write_text("[1, 2]")
+    assert read_json(path) is None
+
+
+def test_stamps_parse_back() -> None:
+    stamp = utc_stamp()
+    parsed = parse_stamp(stamp)
+    assert parsed is not None
+    assert utc_stamp(parsed) == stamp
+    assert parse_stamp("yesterday") is None
+    assert parse_stamp(None) is None
+
+
+def test_main_rejects_bad_arguments(tmp_path: Path) -> None:
+    assert main([]) == 2
+    assert main([str(tmp_path / "missing.json")]) == 2
