@@ -3,7 +3,8 @@
 - put_file of one file (hash in 1 MiB reads + copy_file_range into the store) against a bare shutil.copyfile of
   the same file, and put_file(move=True) (hash + rename);
 - a bundle of many small files (1-64 KiB, streamed in 64 KiB chunks as an HTTP body arrives) written to staging,
-  then finalized into the store, then one BlobStore.sync() (syncfs) as a commit does.
+  then finalized into the store, then one BlobStore.sync() (syncfs) as a commit does; next to it the disk's
+  floor: the same files written with bare create + write + close.
 
     python bench/storage_local.py [--big-mib 512] [--files 10000] [--dir /path/on/the/disk/to/measure]
 """
@@ -69,6 +70,17 @@ def bench_small(root: Path, count: int) -> dict[str, float]:
         files[i] = i.to_bytes(8, "little") + pool[: n - 8]
     body = b"".join(bundle_header(i, len(d)) + d for i, d in files.items())
     declared = {i: (len(d), None) for i, d in files.items()}
+    # The disk's floor: the same files written with plain create + write + close, no hashing, renames or links.
+    plain = root / "plain"
+    plain.mkdir()
+    t = time.perf_counter()
+    for i, d in files.items():
+        fd = os.open(plain / str(i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, d)
+        os.close(fd)
+    baseline = count / (time.perf_counter() - t)
+    shutil.rmtree(plain)
+
     store = BlobStore(root / "store-small", fsync=True)
     staging = Staging(store)
     staging.create(1)
@@ -84,6 +96,7 @@ def bench_small(root: Path, count: int) -> dict[str, float]:
     assert len(received) == count == len(result)
     return {
         "files": count,
+        "baseline_plain_write_files_s": round(baseline),
         "mib": round(len(body) / (1 << 20), 1),
         "bundle_files_s": round(count / (t1 - t0)),
         "finalize_files_s": round(count / (t2 - t1)),

@@ -438,7 +438,8 @@ class TransferMixin(CatalogMixin):
         root = Path(dest).absolute()
         root.mkdir(parents=True, exist_ok=True)
         root = root.resolve()
-        targets = {f.path: _target(root, f.path) for f in files}
+        checked: set[Path] = set()
+        targets = {f.path: _target(root, f.path, checked) for f in files}
         meter = _Meter(progress, sum(f.size for f in files), len(files))
         todo: list[FileInfo] = []
         skipped_bytes = 0
@@ -467,6 +468,7 @@ class TransferMixin(CatalogMixin):
         self, kind: str, version: Version, batch: Sequence[FileInfo], targets: Mapping[str, Path], meter: _Meter
     ) -> None:
         wanted = {f.path: f for f in batch}
+        made: set[Path] = set()
         url = f"{collection(kind)}/{version.item_id}/versions/{version.number}/archive"
         with self._stream("POST", url, json={"paths": [f.path for f in batch]}) as response:
             reader = io.BufferedReader(_IterReader(response.iter_bytes(CHUNK)), CHUNK)
@@ -482,7 +484,7 @@ class TransferMixin(CatalogMixin):
                         )
                     src = tar.extractfile(member)
                     assert src is not None  # a regular file always has a reader
-                    _write_verified(src, f, targets[f.path], meter)
+                    _write_verified(src, f, targets[f.path], meter, made)
                     meter.add(0, 1)
         if wanted:
             example = next(iter(wanted))
@@ -524,8 +526,12 @@ class TransferMixin(CatalogMixin):
         meter.add(0, 1)
 
 
-def _target(root: Path, path: str) -> Path:
-    """``root / path`` after checking that the server's path stays inside ``root`` (never trust it blindly)."""
+def _target(root: Path, path: str, checked: set[Path] | None = None) -> Path:
+    """``root / path`` after checking that the server's path stays inside ``root`` (never trust it blindly).
+
+    ``checked`` remembers parent directories already resolved: a pull of 10,000 files in 100 directories
+    resolves 100 paths, not 10,000.
+    """
     pure = PurePosixPath(path)
     if (
         not path
@@ -536,8 +542,13 @@ def _target(root: Path, path: str) -> Path:
     ):
         raise TransferError("unsafe_archive", f"the server named an unsafe path {path!r}; nothing was written there")
     target = root.joinpath(*pure.parts)
-    if not target.parent.resolve().is_relative_to(root):
+    parent = target.parent
+    if checked is not None and parent in checked:
+        return target
+    if not parent.resolve().is_relative_to(root):
         raise TransferError("unsafe_archive", f"{path!r} leads outside {root} (through a symbolic link)")
+    if checked is not None:  # later only this pull creates directories under it, and only real ones
+        checked.add(parent)
     return target
 
 
@@ -562,9 +573,11 @@ def _batches(files: Sequence[FileInfo]) -> Iterator[list[FileInfo]]:
         yield batch
 
 
-def _write_verified(src: IO[bytes], f: FileInfo, target: Path, meter: _Meter) -> None:
+def _write_verified(src: IO[bytes], f: FileInfo, target: Path, meter: _Meter, made: set[Path]) -> None:
     """Copy ``src`` to ``<target>.aicenter-part``, check size and sha256, then give it its name and mode."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.parent not in made:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        made.add(target.parent)
     part = target.with_name(target.name + PART_SUFFIX)
     digest = hashlib.sha256()
     written = 0

@@ -219,30 +219,31 @@ class BlobStore:
         """Hard-link ``src``, verified by the caller to hash to ``sha256`` and already read-only, into the store.
 
         ``src`` keeps its name (an upload's staged file stays valid until the upload is removed). An existing blob
-        wins. Filesystems without hard links across the two places (EXDEV, EPERM) get a copy instead.
+        wins and is refreshed (see :meth:`refresh`). Filesystems without hard links between the two places (EXDEV,
+        EPERM) get a copy instead.
         """
         dest = self.path(sha256)
-        for attempt in range(2):
+        try:
+            os.link(src, dest)
+        except FileExistsError:
+            self.refresh(sha256)
+        except FileNotFoundError:
+            if not os.path.exists(src):
+                raise
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.link_in(src, sha256)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+            if self.refresh(sha256) is not None:
+                return
+            tmp = self.tmp_path()
             try:
-                os.link(src, dest)
-                return
-            except FileExistsError:
-                return
-            except FileNotFoundError:
-                if attempt or not os.path.exists(src):
-                    raise
-                dest.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                tmp = self.tmp_path()
-                try:
-                    shutil.copyfile(src, tmp)
-                    os.chmod(tmp, BLOB_MODE)
-                    self._rename_in(tmp, sha256)
-                finally:
-                    tmp.unlink(missing_ok=True)
-                return
+                shutil.copyfile(src, tmp)
+                os.chmod(tmp, BLOB_MODE)
+                self._rename_in(tmp, sha256)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def delete(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)

@@ -120,7 +120,8 @@ class BundleWriter:
         if index in self._done:
             return  # a resend of a received file: read past its bytes
         self._tmp = self._tmp_path(index)
-        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # Read-only from birth (the descriptor still writes): finalize links it into the store without a chmod.
+        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
 
     def _write(self, piece: memoryview) -> None:
         if self._fd < 0:

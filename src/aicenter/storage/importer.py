@@ -31,7 +31,7 @@ def scan_directory(root: Path, store: BlobStore) -> list[FileEntry]:
         except PermissionError as e:
             raise ValidationFailed(f"{rel} cannot be read: {e.strerror}", field="path") from e
         entries.append(FileEntry(rel, size, sha, mode))
-    return check_manifest(entries, field="path")
+    return check_manifest(entries)
 
 
 def _walk(directory: str, prefix: str, found: list[tuple[str, str, int]]) -> None:

@@ -181,7 +181,7 @@ class Staging:
             return
         tmp = directory / f"{index}.{uuid.uuid4().hex}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, BLOB_MODE)  # the fd writes anyway
         except FileNotFoundError:
             raise _no_staging(upload_id) from None
         try:
@@ -376,20 +376,17 @@ class Staging:
 
     def _link_in(self, src: Path, sha: str, size: int, index: int) -> None:
         """Hard-link a verified staged file into the store (a no-op when the blob is there already)."""
-        store = self.store
         st = os.stat(src)
         if st.st_size != size:
             raise HashMismatch(
                 f"file {index} has {st.st_size} bytes; the upload declares {size}",
                 details={"index": index, "expected_size": size, "actual_size": st.st_size},
             )
-        if store.refresh(sha) is not None:
-            return
         if st.st_mode & 0o7777 != BLOB_MODE:
             os.chmod(src, BLOB_MODE)
         if time.time() - st.st_mtime > FRESH_S:
             os.utime(src)  # before the link: a blob never appears with an mtime old enough for GC to take it
-        store.link_in(src, sha)
+        self.store.link_in(src, sha)
 
 
 def _no_staging(upload_id: int) -> NotFound:

@@ -15,6 +15,8 @@ Path parameters are filled by name from real rows (``PATH_PARAMS``): a new param
 naming it, so that whoever adds the endpoint extends the map. Bodies are synthesized from the request schema
 so that body validation (which FastAPI runs before the service checks authorization) does not hide the
 check; an operation whose body could not be synthesized is reported at the end of the module as not exercised.
+Raw bodies (``application/octet-stream``) are the world's open upload's bytes, with the required headers
+(``_HEADER_VALUES``) computed from them.
 """
 
 from __future__ import annotations
@@ -464,7 +466,8 @@ _HEADER_VALUES: dict[str, Callable[[World, Any], str]] = {
 
 
 def _bodies(app: FastAPI, op: Operation, world: World) -> list[Any]:
-    """Candidate JSON bodies, most minimal first; [None] for operations without a JSON body."""
+    """Candidate JSON bodies, most minimal first; [raw bytes] for operations that take application/octet-stream
+    (upload parts and bundles); [None] for operations without a body."""
     spec = _spec(app, op)
     content = spec.get("requestBody", {}).get("content", {})
     if "application/octet-stream" in content:

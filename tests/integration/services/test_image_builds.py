@@ -213,3 +213,26 @@ async def test_a_build_whose_builder_died_is_taken_over(db: Database, store: Blo
     await ImageBuilder(db, store, cfg, owner="builder-b").tick()
     assert (await build_of(db, p.alice, store, version)).state == "failed"
     assert not await catalog.finish_build(db, job, error=None), "the dead builder's late outcome is dropped"
+
+
+async def test_a_stopping_builder_gives_its_build_back(db: Database, store: BlobStore, cfg: Settings) -> None:
+    p = await people(db)
+    version = await image_version(db, p.alice, "interrupted", {"python": "3", "requirements": [PACKAGE]})
+    builder = ImageBuilder(db, store, cfg, owner="builder-a")
+    log_path = catalog.build_log_path(store, version.id)
+    builder.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        # Wait until the build runs its first command (the venv), then stop the controller under it.
+        while not (log_path.exists() and "$ " in log_path.read_text()):
+            assert asyncio.get_running_loop().time() < deadline, "the build never started"
+            await asyncio.sleep(0.05)
+    finally:
+        await builder.stop()
+    async with db.read() as session:
+        row = await session.scalar(select(ImageBuild).where(ImageBuild.version_id == version.id))
+        assert row is not None
+        assert (row.state, row.lock_token, row.started_at) == ("pending", None, None)
+    assert await version_state(db, p.alice, version) == "pending"
+    assert "builder stopping" in log_path.read_text()
+    assert list(store.envs_dir.iterdir()) == [], "the half-made environment is removed"

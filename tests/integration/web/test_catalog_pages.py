@@ -3,6 +3,7 @@ share / unshare / copy buttons, what a platform admin sees of a user's item, and
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,3 +337,18 @@ async def test_image_versions_show_their_build(open_browser: OpenBrowser, seeded
     ready_page = await alice.get(ready.headers["location"])
     assert "registry.local/cuda:12" in ready_page.text
     assert "data-refresh" not in ready_page.text
+
+
+async def test_long_lists_page_with_a_next_link(open_browser: OpenBrowser, db: Database, seeded: Seeded) -> None:
+    async with db.write() as session:
+        for i in range(55):
+            await catalog.create_item(session, actor(seeded.bob), ItemKind.MODEL, name=f"model-{i:02d}")
+    bob = await open_browser("bob")
+    first = await bob.get("/models?sort=name")
+    assert len(names_in(first.text)) == 50
+    link = re.search(r'href="([^"]+)" data-testid="page-next"', first.text)
+    assert link is not None
+    second = await bob.get(html.unescape(link.group(1)))
+    assert second.status_code == 200
+    assert names_in(second.text) == {f"model-{i:02d}" for i in range(50, 55)}
+    assert 'data-testid="page-next"' not in second.text

@@ -19,7 +19,7 @@ def test_scan_directory_stores_every_file_sorted(store: BlobStore, tmp_path: Pat
     (root / "a.txt").write_bytes(b"a")
     (root / "b" / "c" / "model.pt").write_bytes(b"weights")
     (root / "b" / "run.sh").write_bytes(b"#!/bin/sh\n")
-    os.chmod(root / "b" / "run.sh", 0o755)
+    os.chmod(root / "b" / "run.sh", 0o755)  # noqa: S103 - an executable script, as a job would write it
     (root / "b" / "dup.txt").write_bytes(b"a")
     assert scan_directory(root, store) == [
         FileEntry("a.txt", 1, sha(b"a"), 0o644),
@@ -74,14 +74,13 @@ def test_gc_keeps_referenced_and_young_blobs(store: BlobStore) -> None:
     report = collect_garbage(store, [ref], grace_s=3600, now=now)
     assert (report.scanned, report.deleted, report.freed_bytes, report.kept_young) == (3, 1, 4, 1)
     assert blob_names(store) == {ref, young}
-    assert not stale_tmp.exists() and fresh_tmp.exists()
+    assert not stale_tmp.exists()
+    assert fresh_tmp.exists()
     report = collect_garbage(store, {ref}, grace_s=3600, now=now + 7200)
     assert (report.deleted, blob_names(store)) == (1, {ref})
 
 
-def test_gc_puts_back_a_blob_refreshed_while_it_was_taken(
-    store: BlobStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gc_puts_back_a_blob_refreshed_while_it_was_taken(store: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
     h, size = store.put_bytes(b"about to be reused")
     # The walk saw an old mtime; a commit deduplicated the blob (refreshing it) before the GC took it aside.
     monkeypatch.setattr(store, "iter_blobs", lambda: iter([(h, size, 1000.0)]))

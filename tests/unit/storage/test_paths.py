@@ -8,7 +8,18 @@ from aicenter.storage import check_path
 
 @pytest.mark.parametrize(
     "path",
-    ["a", "a/b.txt", "dir/sub/file.tar.gz", ".hidden", "a/.b", "..a", "a..b/c", "名前/データ.csv", "/".join(["x" * 204] * 5), "a b"],
+    [
+        "a",
+        "a/b.txt",
+        "dir/sub/file.tar.gz",
+        ".hidden",
+        "a/.b",
+        "..a",
+        "a..b/c",
+        "名前/データ.csv",
+        "/".join(["x" * 204] * 5),
+        "a b",
+    ],
 )
 def test_valid_paths_are_returned_unchanged(path: str) -> None:
     assert check_path(path) == path

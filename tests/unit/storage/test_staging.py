@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def test_bundle_chunk_boundaries_anywhere(tmp_path_factory: pytest.TempPathFacto
     files = {0: b"first", 1: b"", 2: b"third file"}
     raw = bundle(files)
     cuts = sorted({0, min(cut, len(raw)), min(cut + second_cut, len(raw)), len(raw)})
-    chunks = [raw[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    chunks = [raw[a:b] for a, b in itertools.pairwise(cuts)]
     declared = {i: (len(d), sha(d)) for i, d in files.items()}
     assert asyncio.run(staging.write_bundle(1, declared, stream(chunks))) == [0, 1, 2]
     assert staging.finalize(1, [(i, len(d), sha(d)) for i, d in files.items()], part_size=PART) == {

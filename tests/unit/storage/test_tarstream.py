@@ -32,7 +32,8 @@ def entries(store: BlobStore) -> list[FileEntry]:
 
 def test_round_trip_through_tarfile(store: BlobStore, entries: list[FileEntry]) -> None:
     raw = b"".join(iter_tar(store, entries, chunk=256 * 1024))
-    assert len(raw) == tar_size(entries) and len(raw) % tarfile.RECORDSIZE == 0
+    assert len(raw) == tar_size(entries)
+    assert len(raw) % tarfile.RECORDSIZE == 0
     assert raw == b"".join(iter_tar(store, entries))  # the chunk size does not change the bytes
     with tarfile.open(fileobj=io.BytesIO(raw)) as tf:
         members = tf.getmembers()

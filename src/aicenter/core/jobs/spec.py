@@ -21,7 +21,6 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from aicenter.core.errors import ValidationFailed
 from aicenter.core.jobs._model import SpecModel, choice, core_check, fail, show, translate
@@ -97,11 +96,11 @@ def ref_name(ref: str) -> str | None:
     return name if NAME_RE.fullmatch(name) else None
 
 
-def _ref(value: Any) -> str:
+def _ref(value: Any, at: str | None = None) -> str:
     if not isinstance(value, str):
-        fail(f"must be a string (got {show(value)})")
+        fail(f"must be a string (got {show(value)})", at=at)
     if not (value.startswith("#") and _VERSION.fullmatch(value[1:])) and ref_name(value) is None:
-        fail(f"{show(value)} is not a catalog reference ({_REF_EXAMPLES})")
+        fail(f"{show(value)} is not a catalog reference ({_REF_EXAMPLES})", at=at)
     return value
 
 
@@ -179,7 +178,9 @@ class ResourceRequest(SpecModel):
             if amount <= 0:
                 fail("must be greater than 0", at=key)
             if key == "memory" and amount < 2**20:
-                fail(f"{amount} bytes is less than 1Mi; write a unit, e.g. {raw}Gi", at=key)
+                bare = not isinstance(raw, str) or raw.strip().replace(".", "", 1).isdigit()
+                hint = f"; write a unit, e.g. {str(raw).strip()}Gi" if bare else ""
+                fail(f"{amount} bytes is less than 1Mi{hint}", at=key)
             data[field] = amount
         return data
 
@@ -350,11 +351,7 @@ class JobSpec(SpecModel):
             return value  # pydantic says "must be a list"
         first_at: dict[str, int] = {}
         for i, ref in enumerate(value):
-            try:
-                _ref(ref)
-            except PydanticCustomError as exc:  # the same error, with the index in the path
-                fail(str(exc.context["message"]) if exc.context else str(exc), at=f"[{i}]")
-            name = ref_name(ref)
+            name = ref_name(_ref(ref, at=f"[{i}]"))
             if name is not None:
                 if name in first_at:
                     fail(f'dataset "{name}" is already mounted by datasets[{first_at[name]}]', at=f"[{i}]")

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select
@@ -94,7 +94,7 @@ async def run_gc(
         log.info("store gc: %s; %d stale build directories removed", result, stale)
     if actor is not None:
         async with db.write() as session:
-            audit.record(session, actor, "storage.gc", "store", details=_as_details(result))
+            audit.record(session, actor, "storage.gc", "store", details=asdict(result))
     return result
 
 
@@ -125,16 +125,6 @@ async def run_fsck(db: Database, actor: Actor, store: BlobStore, *, repair: bool
             },
         )
     return report
-
-
-def _as_details(result: GcResult) -> dict[str, int]:
-    return {
-        "scanned": result.scanned,
-        "deleted": result.deleted,
-        "freed_bytes": result.freed_bytes,
-        "kept_young": result.kept_young,
-        "expired_uploads": result.expired_uploads,
-    }
 
 
 def _remove_stale_builds(store: BlobStore, older_than_s: float, now: float) -> int:

@@ -26,6 +26,7 @@ from aicenter.config import Settings
 from aicenter.core.catalog import ItemKind, UploadState, version_metadata
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, NotFound, UploadIncomplete, ValidationFailed
+from aicenter.core.names import check_text
 from aicenter.db.engine import Database
 from aicenter.db.models import CatalogItem, CatalogVersion, UploadSession
 from aicenter.services import audit
@@ -113,15 +114,18 @@ def touch_blobs(store: BlobStore, hashes: Iterable[str]) -> set[str]:
 # --- start ---------------------------------------------------------------------------------------------------
 
 
-def _parse_files(files: Sequence[Mapping[str, Any]], *, max_files: int) -> list[FileEntry | tuple[str, int, int]]:
-    """Validate the declared files; entries without a declared hash come back as (path, size, mode)."""
+def _declare(files: Sequence[Mapping[str, Any]], *, max_files: int) -> list[list[Any]]:
+    """Validate the declared files; their rows' JSON form ``[[path, size, sha256 or None, mode], ...]`` in order.
+
+    Errors name the file by index (``files[3].path``), as the client's list does.
+    """
     if isinstance(files, str | bytes) or not isinstance(files, Sequence):
         raise ValidationFailed("must be a list of files", field="files")
     if not files:
         raise ValidationFailed("must list at least one file", field="files")
     if len(files) > max_files:
         raise ValidationFailed(f"at most {max_files} files per upload", field="files")
-    parsed: list[FileEntry | tuple[str, int, int]] = []
+    declared: list[list[Any]] = []
     for i, spec in enumerate(files):
         field = f"files[{i}]"
         if not isinstance(spec, Mapping):
@@ -142,24 +146,15 @@ def _parse_files(files: Sequence[Mapping[str, Any]], *, max_files: int) -> list[
         elif isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
             raise ValidationFailed("must be a permission mode between 0 and 0o7777", field=f"{field}.mode")
         sha = spec.get("sha256")
-        if sha is None:
-            parsed.append((path, size, mode))
-            continue
-        if not isinstance(sha, str) or not _HEX64.fullmatch(sha.lower()):
-            raise ValidationFailed("must be 64 hexadecimal digits", field=f"{field}.sha256")
-        parsed.append(FileEntry(path, size, sha.lower(), mode))
-    # Duplicate paths and a path that is also another's directory, named by their index ("files[7].path").
-    check_manifest(
-        [e if isinstance(e, FileEntry) else FileEntry(e[0], e[1], _NO_HASH, e[2]) for e in parsed], field="files"
-    )
-    return parsed
-
-
-def _declared(parsed: Sequence[FileEntry | tuple[str, int, int]]) -> list[list[Any]]:
-    """The rows' JSON form of the declared files: [[path, size, sha256 or None, mode], ...] in order."""
-    return [
-        [e.path, e.size, e.sha256, e.mode] if isinstance(e, FileEntry) else [e[0], e[1], None, e[2]] for e in parsed
-    ]
+        if sha is not None:
+            if not isinstance(sha, str) or not _HEX64.fullmatch(sha.lower()):
+                raise ValidationFailed("must be 64 hexadecimal digits", field=f"{field}.sha256")
+            sha = sha.lower()
+        # Set-id and sticky bits are dropped, as check_manifest does: a pulled file never gains privileges.
+        declared.append([path, size, sha, mode & 0o777])
+    # Duplicate paths, and a path that is also another's directory.
+    check_manifest([FileEntry(path, size, sha or _NO_HASH, mode) for path, size, sha, mode in declared], field="files")
+    return declared
 
 
 def _needed(files: Sequence[Sequence[Any]], absent: set[str]) -> list[int]:
@@ -204,10 +199,9 @@ async def start_upload(
     item = await load_item_for_write(session, actor, kind, item_id)
     if archive is not None and archive not in ARCHIVE_FORMATS:
         raise ValidationFailed(f"must be one of {', '.join(ARCHIVE_FORMATS)}", field="archive")
-    if len(description) > 4096:
-        raise ValidationFailed("must be at most 4096 characters", field="description")
+    check_text(description, "description", 4096)
     meta = version_metadata(kind, metadata, image_type=item.meta.get("image_type"))
-    declared = _declared(_parse_files(files, max_files=settings.archive_max_entries))
+    declared = _declare(files, max_files=settings.archive_max_entries)
     if archive is not None and len(declared) != 1:
         raise ValidationFailed("an archive upload declares exactly one file: the archive", field="files")
     total = sum(f[1] for f in declared)
@@ -418,12 +412,10 @@ async def _finalize(
     except UploadIncomplete as exc:
         raise _incomplete(exc, files) from None
     if archive is not None:
-        source = staging.data_path(upload_id, 0)
-        if not source.exists():  # finalize moved it into the store
-            source = store.path(hashes[0])
+        # Expanded from the staged file, which finalize verified and linked into the store without moving it.
         entries = await asyncio.to_thread(
             expand_archive,
-            source,
+            staging.data_path(upload_id, 0),
             str(archive["format"]),
             store,
             max_bytes=settings.archive_max_bytes,
@@ -486,14 +478,8 @@ async def abort_upload(session: AsyncSession, actor: Actor, store: BlobStore, up
         raise Conflict(f"upload {row.id} is committed; delete the version instead", details={"state": row.state})
     row.state = UploadState.ABORTED.value
     item = await session.get(CatalogItem, row.item_id)
-    audit.record(
-        session,
-        actor,
-        f"{item.kind if item else 'catalog'}.upload.abort",
-        "upload",
-        row.id,
-        workspace_id=item.workspace_id if item else None,
-    )
+    assert item is not None  # sessions are deleted with their item
+    audit.record(session, actor, f"{item.kind}.upload.abort", "upload", row.id, workspace_id=item.workspace_id)
     await session.flush()
     # Removed now rather than after the commit: if the commit then fails the session stays open with its
     # parts gone, which get_upload reports as missing; nothing is lost that the client cannot send again.
@@ -516,7 +502,8 @@ async def expire_uploads(db: Database, store: BlobStore, *, now: datetime | None
     staging = Staging(store)
     for upload_id in expired:
         await asyncio.to_thread(staging.remove, upload_id)
-    present = [i for i in await asyncio.to_thread(staging.upload_ids) if i not in set(expired)]
+    swept = set(expired)
+    present = [i for i in await asyncio.to_thread(staging.upload_ids) if i not in swept]
     states: dict[int, str] = {}
     async with db.read() as session:
         for start in range(0, len(present), 1000):

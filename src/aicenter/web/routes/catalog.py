@@ -75,12 +75,12 @@ Kind = Annotated[ItemKind, Depends(kind_of)]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def each_kind(method: Literal["GET", "POST"], suffix: str, router: APIRouter = router) -> Callable[[F], F]:
-    """Register the handler at ``/<plural><suffix>`` for every kind."""
+def each_kind(method: Literal["GET", "POST"], suffix: str, *, on: APIRouter) -> Callable[[F], F]:
+    """Register the handler on router ``on`` at ``/<plural><suffix>`` for every kind."""
 
     def register(endpoint: F) -> F:
         for plural in PLURALS:
-            router.add_api_route(f"/{plural}{suffix}", endpoint, methods=[method])
+            on.add_api_route(f"/{plural}{suffix}", endpoint, methods=[method])
         return endpoint
 
     return register
@@ -244,12 +244,12 @@ async def _list(cx: Console, kind: ItemKind, *, forms: list[FormState] | None = 
     )
 
 
-@each_kind("GET", "")
+@each_kind("GET", "", on=router)
 async def list_items(kind: Kind, cx: Page) -> Response:
     return await _list(cx, kind)
 
 
-@each_kind("POST", "")
+@each_kind("POST", "", on=router)
 async def create_item(kind: Kind, post: Post) -> Response:
     cx = post.cx
     fields = ITEM_META_FIELDS[kind]
@@ -317,12 +317,12 @@ async def _item(
     )
 
 
-@each_kind("GET", "/{item_id:int}")
+@each_kind("GET", "/{item_id:int}", on=router)
 async def item_page(kind: Kind, item_id: int, cx: Page) -> Response:
     return await _item(cx, kind, item_id)
 
 
-@each_kind("POST", "/{item_id:int}")
+@each_kind("POST", "/{item_id:int}", on=router)
 async def update_item(kind: Kind, item_id: int, post: Post) -> Response:
     cx = post.cx
     fields = ITEM_META_FIELDS[kind]
@@ -344,7 +344,7 @@ async def update_item(kind: Kind, item_id: int, post: Post) -> Response:
     return redirect(cx, f"/{kind.plural}/{item_id}", f"The {kind.value} {item.name} was saved.")
 
 
-@each_kind("POST", "/{item_id:int}/delete")
+@each_kind("POST", "/{item_id:int}/delete", on=router)
 async def delete_item(kind: Kind, item_id: int, post: Post) -> Response:
     cx = post.cx
     try:
@@ -356,7 +356,7 @@ async def delete_item(kind: Kind, item_id: int, post: Post) -> Response:
     return redirect(cx, f"/{kind.plural}", f"The {kind.value} {name} was deleted.")
 
 
-@each_kind("POST", "/{item_id:int}/versions")
+@each_kind("POST", "/{item_id:int}/versions", on=router)
 async def create_version(kind: Kind, item_id: int, post: Post) -> Response:
     """A version without files: an image's build spec (a venv is then built; a container reference is ready)."""
     cx = post.cx

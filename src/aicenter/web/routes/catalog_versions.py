@@ -168,7 +168,7 @@ def _browse_url(kind: ItemKind, item_id: int, number: int, **query: str) -> str:
     return f"{base}?{urlencode(params)}" if params else base
 
 
-@each_kind("GET", VERSION)
+@each_kind("GET", VERSION, on=router)
 async def version_page(kind: Kind, item_id: int, number: int, cx: Page) -> Response:
     return await _version(cx, kind, item_id, number)
 
@@ -176,7 +176,7 @@ async def version_page(kind: Kind, item_id: int, number: int, cx: Page) -> Respo
 # --- share, unshare, copy, delete --------------------------------------------------------------------------
 
 
-@each_kind("POST", VERSION + "/share")
+@each_kind("POST", VERSION + "/share", on=router)
 async def share_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
     cx = post.cx
     try:
@@ -198,7 +198,7 @@ async def share_version(kind: Kind, item_id: int, number: int, post: Post) -> Re
     return redirect(cx, _browse_url(kind, item_id, number), f"Version {version.ref} is now shared with {where}.")
 
 
-@each_kind("POST", VERSION + "/unshare")
+@each_kind("POST", VERSION + "/unshare", on=router)
 async def unshare_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
     cx = post.cx
     try:
@@ -209,7 +209,7 @@ async def unshare_version(kind: Kind, item_id: int, number: int, post: Post) -> 
     return redirect(cx, _browse_url(kind, item_id, number), f"Version {version.ref} is private again.")
 
 
-@each_kind("POST", VERSION + "/copy")
+@each_kind("POST", VERSION + "/copy", on=router)
 async def copy_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
     cx = post.cx
     try:
@@ -223,7 +223,7 @@ async def copy_version(kind: Kind, item_id: int, number: int, post: Post) -> Res
     )
 
 
-@each_kind("POST", VERSION + "/delete")
+@each_kind("POST", VERSION + "/delete", on=router)
 async def delete_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
     cx = post.cx
     try:
@@ -271,6 +271,8 @@ async def build_fragment(item_id: int, number: int, cx: Page) -> Response:
     """The build panel alone, for the page's script to swap in every 2 s while the build runs."""
     async with cx.ctx.db.read() as session:
         build = await _build(session, cx, item_id, number)
+    if build is None:
+        raise NotFound(f"image {item_id}:{number} has no build")
     context = {"build": build, "csrf": cx.csrf, "item_id": item_id, "number": number}
     html = render_template("catalog/_build.html", context)
     response = HTMLResponse(html, headers={"Cache-Control": "no-store"})

@@ -195,6 +195,12 @@ BAD: list[tuple[str, Any, str, str | None]] = [
         "tasks[0].resources.memory",
         "8 bytes is less than 1Mi; write a unit, e.g. 8Gi",
     ),
+    (
+        "memory with a unit, too small",
+        _with(["tasks", 0, "resources", "memory"], "100K"),
+        "tasks[0].resources.memory",
+        "100000 bytes is less than 1Mi",
+    ),
     ("missing command", _without(["tasks", 0, "command"]), "tasks[0].command", "is required"),
     ("empty command", _with(["tasks", 0, "command"], "   "), "tasks[0].command", "must not be empty"),
     (
@@ -220,6 +226,12 @@ BAD: list[tuple[str, Any, str, str | None]] = [
         base(nmae="x"),
         "nmae",
         'unknown field "nmae" (did you mean "name"?)',
+    ),
+    (
+        "unknown field without a close match lists the known ones",
+        base(retry={"attempts": 3}),
+        "retry.attempts",
+        'unknown field "attempts" (known fields: max_restarts, on)',
     ),
     (
         "unknown resource key suggests the input name",

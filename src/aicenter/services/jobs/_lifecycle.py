@@ -1,0 +1,206 @@
+"""The one entry point for every status change of a job: ``transition``.
+
+It checks the change against the table in core (``core.jobs.transition``), writes the status, the time columns
+and the failure fields, and inserts the JobEvent, all in the caller's transaction. The status write is guarded
+by the status the caller read (``UPDATE ... WHERE status = <from>``): when another transaction (a replica's
+reconciler, a user's stop) changed the job meanwhile, the call fails with ``invalid_transition`` instead of
+overwriting a change it never saw. Never bypass it, not even in tests.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
+
+from aicenter.core import jobs as core
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import InvalidTransition
+from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
+from aicenter.db.models import Job, JobEvent, Replica
+from aicenter.services.context import Actor
+
+SYSTEM = "system"
+"""The actor name of events caused by the platform (controllers, the scheduler)."""
+
+
+def _actor_fields(actor: Actor | None) -> tuple[int | None, str]:
+    # Actor.system() has user_id 0, which is not a user: its events carry no id, only its name.
+    if actor is None:
+        return None, SYSTEM
+    return (actor.user_id or None), actor.username
+
+
+def _event(job: Job, change: core.StatusChange) -> JobEvent:
+    return JobEvent(
+        job_id=job.id,
+        at=change.at,
+        actor_id=change.actor_id,
+        actor_name=change.actor_name[:64],
+        from_status=change.from_status.value if change.from_status is not None else None,
+        to_status=change.to_status.value,
+        reason=(change.reason or None) and change.reason[:64],
+        message=change.message,
+    )
+
+
+async def record_created(session: AsyncSession, job: Job, *, actor: Actor | None, message: str = "") -> JobEvent:
+    """Write the event that creates ``job`` (from nothing to its initial status, ``pending`` or ``queued``).
+
+    ``job`` must be flushed (it needs its id).
+    """
+    actor_id, actor_name = _actor_fields(actor)
+    change = core.transition(
+        None, JobStatus(job.status), at=utcnow(), actor_id=actor_id, actor_name=actor_name,
+        reason="submitted", message=message,
+    )
+    event = _event(job, change)
+    session.add(event)
+    await session.flush([event])
+    return event
+
+
+async def transition(
+    session: AsyncSession,
+    job: Job,
+    to: JobStatus,
+    *,
+    actor: Actor | None,
+    reason: str = "",
+    message: str = "",
+    failure_reason: FailureReason | None = None,
+    exit_code: int | None = None,
+) -> JobEvent | None:
+    """Change ``job``'s status to ``to`` and record the event, in the caller's transaction.
+
+    A call with the job's current status changes nothing and returns ``None``: controllers repeat their last
+    step after a crash or a lost lease, and that repetition must be harmless (no event is written twice). Every
+    other change is checked against ``core.jobs.TRANSITIONS``.
+
+    What it writes besides ``status``: ``scheduled_at`` on entering scheduled, ``started_at`` on entering
+    running (both the CURRENT attempt's: a restarted job shows when its latest attempt started; the events keep
+    the history), ``finished_at`` on entering a finished status; ``failure_reason`` and ``exit_code`` when
+    given; ``message`` when given (the job's latest word for people); ``pending_reason`` is cleared when the job
+    leaves ``queued`` (it is the scheduler's account of a waiting job only).
+
+    Args:
+        session: The caller's write session; nothing is committed here.
+        job: The job row, as the caller read it in this session.
+        to: The new status.
+        actor: Who causes it; ``None`` for the platform (the event's actor is ``system``).
+        reason: A short word for the event (``scheduled``, ``stopped``, a failure reason); defaults to the
+            failure reason when one is given.
+        message: A sentence for people.
+        failure_reason: Why the job ended (or is restarting); stored on the job.
+        exit_code: The command's exit code when it decided the outcome; stored on the job.
+
+    Returns:
+        The event written, or ``None`` when ``to`` is already the job's status.
+
+    Raises:
+        InvalidTransition: The table does not allow the change, or another transaction changed the job's status
+            since the caller read it (``details['current']`` then holds the status found).
+    """
+    current = JobStatus(job.status)
+    if to == current:
+        return None
+    actor_id, actor_name = _actor_fields(actor)
+    now = utcnow()
+    change = core.transition(
+        current, to, at=now, actor_id=actor_id, actor_name=actor_name,
+        reason=reason or (failure_reason.value if failure_reason is not None else None), message=message,
+    )
+    values: dict[str, Any] = {"status": to.value, "updated_at": now}
+    values.update(_time_columns(to, now))
+    if current == JobStatus.QUEUED:
+        values["pending_reason"] = ""
+    if failure_reason is not None:
+        values["failure_reason"] = failure_reason.value
+    if exit_code is not None:
+        values["exit_code"] = exit_code
+    if message:
+        values["message"] = message
+    # Flush the caller's own pending changes first, so the guarded UPDATE sees (and keeps) them.
+    await session.flush()
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == current.value)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        await session.refresh(job, ["status"])
+        raise InvalidTransition(
+            f'job {job.id} changed to "{job.status}" meanwhile; it was not changed to "{to.value}"',
+            details={"from": current.value, "to": to.value, "current": job.status},
+        )
+    for key, value in values.items():
+        set_committed_value(job, key, value)
+    event = _event(job, change)
+    session.add(event)
+    await session.flush([event])
+    return event
+
+
+def _time_columns(to: JobStatus, now: datetime) -> dict[str, datetime]:
+    if to == JobStatus.SCHEDULED:
+        return {"scheduled_at": now}
+    if to == JobStatus.RUNNING:
+        return {"started_at": now}
+    if to.is_finished():
+        return {"finished_at": now}
+    return {}
+
+
+# --- stop, force stop, delete --------------------------------------------------------------------------------
+
+# Statuses in which no replica can have been launched: a stop ends the job at once. From scheduled on, a
+# reconciler may be launching replicas right now (outside any transaction); it reads the stop request and
+# stops what it launched, so the job is never marked stopped while a process of it still runs.
+_NOT_LAUNCHED = frozenset({JobStatus.PENDING, JobStatus.QUEUED})
+
+
+def requested_stop_reason(job: Job) -> FailureReason | None:
+    """Why a stop was requested, for the reconciler that carries it out: ``stopped`` or ``stopped_by_admin``
+    (recorded in ``failure_reason`` with the request); ``None`` when nobody asked."""
+    if job.stop_requested_by is None:
+        return None
+    if job.failure_reason == FailureReason.STOPPED_BY_ADMIN.value:
+        return FailureReason.STOPPED_BY_ADMIN
+    return FailureReason.STOPPED
+
+
+async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: FailureReason) -> JobEvent | None:
+    """Record a stop request on ``job`` and end it at once if nothing of it was launched.
+
+    Idempotent: asking again changes nothing, except that a force stop upgrades a user's request (the event
+    then says who stopped it last). A stop of a finished job raises ``invalid_transition``.
+    """
+    current = JobStatus(job.status)
+    core.check_transition(current, JobStatus.STOPPED)
+    now = utcnow()
+    if job.stop_requested_by is None or reason == FailureReason.STOPPED_BY_ADMIN:
+        job.stop_requested_by = actor.user_id or None
+        job.stop_requested_at = now
+        job.failure_reason = reason.value
+    if current not in _NOT_LAUNCHED:
+        await session.flush()
+        return None
+    who = "a platform admin" if reason == FailureReason.STOPPED_BY_ADMIN else actor.username
+    event = await transition(
+        session, job, JobStatus.STOPPED, actor=actor, failure_reason=reason, message=f"stopped by {who}"
+    )
+    # Replica rows planned but never launched end with the job; they hold no machine time (never started).
+    for replica in (
+        await session.scalars(
+            select(Replica).where(Replica.job_id == job.id, Replica.status == ReplicaStatus.PENDING.value)
+        )
+    ).all():
+        replica.status = ReplicaStatus.STOPPED.value
+        replica.reason = reason.value
+        replica.finished_at = now
+    await session.flush()
+    return event

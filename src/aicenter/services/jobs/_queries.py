@@ -1,0 +1,192 @@
+"""Reading jobs: lists with filters, one job with its replicas and events, and where a replica's logs are.
+
+Who sees a job: the members of its workspace, and platform admins (every job, its events, replicas, logs and
+monitoring fields: logs are job output, not catalog content). Anyone else reads it as missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.core.errors import Conflict, NotFound, Unavailable, ValidationFailed
+from aicenter.core.jobs import JobKind, JobStatus
+from aicenter.db.models import Job, JobEvent, Membership, Replica, User
+from aicenter.db.pagination import Page, paginate
+from aicenter.executors.base import ReplicaHandle
+from aicenter.executors.local import LocalExecutor
+from aicenter.services.access import get_visible_workspace
+from aicenter.services.context import Actor
+from aicenter.services.jobs._views import JobView, job_views
+
+
+async def load_job(session: AsyncSession, actor: Actor, job_id: int, *, for_update: bool = False) -> Job:
+    """The job, if the actor is a member of its workspace or a platform admin; otherwise NotFound."""
+    job = await session.get(Job, job_id, with_for_update=for_update)
+    if job is None or (
+        not actor.is_platform_admin
+        and await session.scalar(
+            select(Membership.role).where(
+                Membership.workspace_id == job.workspace_id, Membership.user_id == actor.user_id
+            )
+        )
+        is None
+    ):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def _status(value: str) -> JobStatus:
+    try:
+        return JobStatus(value)
+    except ValueError:
+        names = ", ".join(s.value for s in JobStatus)
+        raise ValidationFailed(f'"{value}" is not a job status ({names})', field="status") from None
+
+
+def _kind(value: str) -> JobKind:
+    try:
+        return JobKind(value)
+    except ValueError:
+        names = ", ".join(k.value for k in JobKind)
+        raise ValidationFailed(f'"{value}" is not a job kind ({names})', field="kind") from None
+
+
+async def list_jobs(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    workspace_id: int | None = None,
+    status: str | None = None,
+    user: str | None = None,
+    kind: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[JobView]:
+    """Jobs newest first: of the actor's workspaces (platform admins: of every workspace).
+
+    Args:
+        workspace_id: Only this workspace's (the actor must see it; otherwise NotFound).
+        status: Only jobs in this status; several may be given separated by commas (``queued,running``).
+        user: Only jobs of the user with this name.
+        kind: Only jobs of this kind (``train``, ``notebook``, ``trial``).
+    """
+    stmt = select(Job)
+    if workspace_id is not None:
+        await get_visible_workspace(session, actor, workspace_id)
+        stmt = stmt.where(Job.workspace_id == workspace_id)
+    elif not actor.is_platform_admin:
+        stmt = stmt.where(Job.workspace_id.in_(select(Membership.workspace_id).where(Membership.user_id == actor.user_id)))
+    if status:
+        statuses = [_status(s.strip()).value for s in status.split(",") if s.strip()]
+        stmt = stmt.where(Job.status.in_(statuses))
+    if user:
+        stmt = stmt.where(Job.user_id.in_(select(User.id).where(User.username == user)))
+    if kind:
+        stmt = stmt.where(Job.kind == _kind(kind).value)
+    page = await paginate(session, stmt, Job.id, limit=limit, cursor=cursor, descending=True)
+    return Page(await job_views(session, page.items), page.next_cursor)
+
+
+async def _replicas(session: AsyncSession, job_id: int) -> list[Replica]:
+    stmt = select(Replica).where(Replica.job_id == job_id).order_by(Replica.attempt, Replica.id)
+    return list((await session.scalars(stmt)).all())
+
+
+async def _events(session: AsyncSession, job_id: int) -> list[JobEvent]:
+    stmt = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.at, JobEvent.id)
+    return list((await session.scalars(stmt)).all())
+
+
+async def get_job(session: AsyncSession, actor: Actor, job_id: int) -> JobView:
+    """The job with every replica attempt (rank order within an attempt) and its events (oldest first)."""
+    job = await load_job(session, actor, job_id)
+    view = (await job_views(session, [job]))[0]
+    view.replicas.extend(await _replicas(session, job.id))
+    view.events.extend(await _events(session, job.id))
+    return view
+
+
+async def list_events(session: AsyncSession, actor: Actor, job_id: int) -> list[JobEvent]:
+    """The job's status changes, oldest first."""
+    job = await load_job(session, actor, job_id)
+    return await _events(session, job.id)
+
+
+async def list_replicas(session: AsyncSession, actor: Actor, job_id: int) -> list[Replica]:
+    """Every replica attempt of the job: by attempt, then rank order."""
+    job = await load_job(session, actor, job_id)
+    return await _replicas(session, job.id)
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One replica attempt whose output can be read: where, and whether more can still come."""
+
+    job_id: int
+    task: str
+    replica: int
+    attempt: int
+    handle: ReplicaHandle
+    finished: bool
+
+
+async def log_target(
+    session: AsyncSession,
+    actor: Actor,
+    job_id: int,
+    task: str | None = None,
+    replica: int | None = None,
+    attempt: int | None = None,
+) -> LogTarget:
+    """The replica attempt whose logs to read: ``task`` (default: the job's first task), ``replica`` (default
+    0), ``attempt`` (default: the latest launched one).
+
+    Raises:
+        NotFound: No such job (for this actor), task, replica or attempt; ``details['field']`` says which.
+        Conflict: The attempt was never launched, so it has no output.
+    """
+    job = await load_job(session, actor, job_id)
+    tasks = [t.get("name", "worker") for t in job.spec.get("tasks", [])]
+    task = task or (tasks[0] if tasks else "worker")
+    if task not in tasks:
+        raise NotFound(f'job {job.id} has no task "{task}" (its tasks: {", ".join(tasks)})', details={"field": "task"})
+    index = replica or 0
+    stmt = select(Replica).where(Replica.job_id == job.id, Replica.task == task, Replica.index == index)
+    if attempt is not None:
+        stmt = stmt.where(Replica.attempt == attempt)
+    else:
+        # The latest attempt that has output; an attempt planned but not launched yet has none.
+        stmt = stmt.where(Replica.handle.is_not(None))
+    row = await session.scalar(stmt.order_by(Replica.attempt.desc()).limit(1))
+    if row is None:
+        if attempt is not None:
+            field, what = "attempt", f"attempt {attempt} of replica {task}-{index}"
+        else:
+            any_row = await session.scalar(
+                select(Replica.id).where(Replica.job_id == job.id, Replica.task == task, Replica.index == index)
+            )
+            if any_row is not None:
+                raise Conflict(f"replica {task}-{index} of job {job.id} has not been launched yet; no logs so far")
+            field, what = "replica", f"replica {task}-{index}"
+        raise NotFound(f"job {job.id} has no {what}", details={"field": field})
+    if row.handle is None:
+        raise Conflict(f"replica {task}-{index} (attempt {row.attempt}) of job {job.id} was never launched; no logs")
+    finished = row.finished_at is not None or row.status in ("succeeded", "failed", "lost", "stopped")
+    return LogTarget(job.id, task, index, row.attempt, ReplicaHandle.from_dict(row.handle), finished)
+
+
+def read_logs(
+    target: LogTarget, *, since: int = 0, follow: bool = False, root: Path | None = None
+) -> AsyncIterator[bytes]:
+    """The replica's timestamped output from byte ``since``; with ``follow``, until the replica has ended.
+
+    Call it outside any database session: following can last as long as the job.
+    """
+    if target.handle.executor != "local":
+        raise Unavailable(f'logs of "{target.handle.executor}" replicas cannot be read by this server')
+    return LocalExecutor(root=root, node_name=target.handle.node).logs(target.handle, since, follow=follow)
