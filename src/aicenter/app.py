@@ -15,7 +15,7 @@ from aicenter.api.errors import install_error_handlers
 from aicenter.api.middleware import RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
-from aicenter.controllers import heartbeat, image_builder, store_gc
+from aicenter.controllers import heartbeat, image_builder, reconciler, scheduling, store_gc
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
@@ -31,6 +31,8 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     heartbeat.build,
     store_gc.build,
     image_builder.build,
+    scheduling.build,
+    reconciler.build,
 ]
 
 

@@ -102,6 +102,35 @@ class Settings(BaseSettings):
     )
     build_timeout_s: float = Field(default=3600.0, description="A venv image build running longer than this fails.")
 
+    jobs_dir: Path | None = Field(
+        default=None,
+        description="Where jobs' directories live (code, data, output, checkpoints, replica run dirs): "
+        "<jobs_dir>/<job id>/. Replicas of several servers must see the same path. Default: <home>/jobs.",
+    )
+    schedule_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Longest wait between scheduling cycles. A submit on this replica wakes the scheduler at "
+        "once; the interval is the fallback for work submitted through other replicas.",
+    )
+    reconcile_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Longest wait between job reconciler passes (launch, watch, restart, stop). Placements "
+        "made on this replica wake it at once.",
+    )
+    stop_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Time a replica gets after SIGTERM (stop, preemption, gang restart) to checkpoint and exit "
+        "before it is killed.",
+    )
+    scheduler_policy: str = Field(
+        default="default",
+        description="The scheduling policy: a built-in name (fifo, priority, fair-share, tiresias, sjf, "
+        "best-fit, random-fit, fgd, default) or the path of a YAML/JSON policy document.",
+    )
+
     @model_validator(mode="after")
     def _refuse_weak_secrets(self) -> Settings:
         if self.dev:
@@ -122,6 +151,16 @@ class Settings(BaseSettings):
     @property
     def store_dir(self) -> Path:
         return (self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store")
+
+    @property
+    def jobs_path(self) -> Path:
+        """The jobs directory: ``jobs_dir``, or ``<home>/jobs``."""
+        return self.jobs_dir.expanduser().resolve() if self.jobs_dir else self.home_dir / "jobs"
+
+    @property
+    def api_url(self) -> str:
+        """How a job reaches this server's API (``AICENTER_API_URL``)."""
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @property
     def effective_database_url(self) -> str:

@@ -22,6 +22,10 @@ __all__ = [
     "GcReport",
     "Health",
     "Item",
+    "Job",
+    "JobEvent",
+    "JobReplica",
+    "JobTemplate",
     "LoginResult",
     "Member",
     "MyWorkspace",
@@ -319,3 +323,88 @@ class FsckReport(ApiModel):
     missing: list[str] = []
     damaged: list[str] = []
     quarantined: list[str] = []
+
+
+# -- jobs (issue 5) ---------------------------------------------------------------------------------------------
+
+
+class JobEvent(ApiModel):
+    """One status change of a job: who (``actor_name``: a user, ``system`` or ``scheduler``), when, and why."""
+
+    id: int | None = None
+    at: datetime
+    actor_id: int | None = None
+    actor_name: str = "system"
+    from_status: str | None = None  # None: the job was created
+    to_status: str
+    reason: str | None = None
+    message: str = ""
+
+
+class JobReplica(ApiModel):
+    """One attempt of one replica: where it runs (node, devices), its resources and how it ended."""
+
+    id: int | None = None
+    task: str
+    index: int
+    attempt: int = 0
+    status: str = "pending"
+    node_name: str | None = None
+    devices: list[int] = []
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    gpu: int = 0
+    gpu_type: str | None = None
+    gpu_share: float | None = None
+    spec_id: int | None = None
+    billing_weight: float = 1.0
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class Job(ApiModel):
+    """A submitted job. ``replicas`` and ``events`` come with :meth:`Client.get_job`, not in lists."""
+
+    id: int
+    name: str
+    kind: str = "train"
+    status: str
+    workspace_id: int
+    workspace_name: str | None = None
+    user_id: int | None = None
+    username: str | None = None
+    pool_name: str | None = None
+    priority: int | None = None
+    pending_reason: str = ""
+    failure_reason: str | None = None
+    exit_code: int | None = None
+    message: str = ""
+    restart_count: int = 0
+    spec: dict[str, Any] = {}
+    submitted_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    replicas: list[JobReplica] = []
+    events: list[JobEvent] = []
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in ("succeeded", "failed", "stopped")
+
+
+class JobTemplate(ApiModel):
+    """A job spec saved in a workspace under a name, submitted later with overrides."""
+
+    id: int
+    name: str
+    workspace_id: int
+    workspace_name: str | None = None
+    user_id: int | None = None
+    username: str | None = None
+    description: str = ""
+    spec: dict[str, Any] = {}
+    created_at: datetime | None = None
+    updated_at: datetime | None = None

@@ -49,6 +49,10 @@ def iter_tar(store: BlobStore, entries: Sequence[FileEntry], *, chunk: int = 1 <
     total = 0
     for entry in entries:
         buf += tar_header(entry)
+        if len(buf) >= chunk:  # else the read below asks for chunk - len(buf) <= 0 bytes
+            total += len(buf)
+            yield bytes(buf)
+            buf.clear()
         with store.open(entry.sha256) as f:
             left = entry.size
             while left:

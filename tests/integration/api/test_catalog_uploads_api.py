@@ -52,7 +52,8 @@ async def test_parts_out_of_order_bundle_resume_and_commit(
     upload = await start_upload(client, alice, "datasets", item["id"], files)
     assert (upload["state"], upload["part_size"], upload["file_count"]) == ("open", PART, 4)
     assert upload["total_bytes"] == sum(len(d) for d in files.values())
-    assert sorted(upload["needed"]) == [0, 1, 2, 3] or sorted(upload["needed"]) == [0, 1, 2]
+    # The empty file is not needed once any earlier test stored the empty blob (the store outlives tests).
+    assert sorted(upload["needed"]) in ([0, 1, 2, 3], [0, 1, 2])
     big_missing = next(m for m in upload["missing"] if m["index"] == 0)
     assert (big_missing["path"], big_missing["parts"]) == ("big.bin", [0, 1, 2, 3])
 

@@ -54,7 +54,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import auth, catalog, tenancy
+from aicenter.services import auth, catalog, jobs, tenancy
 from aicenter.services.context import Actor
 
 API_PREFIX = "/api/"
@@ -151,6 +151,10 @@ class World:
     upload_id: int  # an open upload of alice: one needed file of one part
     upload_bytes: bytes  # the content of that file
     import_dir: str  # a directory under the server's import roots, with one file
+    # --- jobs (issue 5) ---
+    job_id: int = 0  # a queued job of alice in workspace A
+    template_id: int = 0  # a job template of workspace A, by alice
+    # --- end jobs ---
 
     def item_for(self, path: str) -> int:
         """The item an operation's {item_id} names: collections differ by kind, imports need a preset."""
@@ -185,6 +189,10 @@ PATH_PARAMS: dict[str, PathParam] = {
     "upload_id": PathParam(lambda w, p: w.upload_id, True),
     "index": PathParam(lambda w, p: 0, True),
     "part": PathParam(lambda w, p: 0, True),
+    # --- jobs (issue 5) ---
+    "job_id": PathParam(lambda w, p: w.job_id, True),
+    "template_id": PathParam(lambda w, p: w.template_id, True),
+    # --- end jobs ---
 }
 
 
@@ -267,6 +275,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     import_dir.mkdir(parents=True)
     (import_dir / "data.txt").write_bytes(b"imported")
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
+    job_id, template_id = await _jobs_world(db, alice)  # jobs (issue 5)
     return World(
         admin=admin,
         alice=alice,
@@ -286,6 +295,8 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         upload_id=upload_id,
         upload_bytes=upload_bytes,
         import_dir=str(import_dir),
+        job_id=job_id,
+        template_id=template_id,
     )
 
 
@@ -322,6 +333,23 @@ async def _catalog_world(
         )
     assert upload.needed == [0]
     return items, presets, version.id, upload.id, upload_bytes
+
+
+# --- jobs (issue 5) ---
+async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int]:
+    """A queued job of alice in workspace A on spec gpu-a100-1 (pool A), and a template of A."""
+    as_alice = Actor(alice.user_id, alice.username)
+    job_spec = {
+        "name": "iso-job",
+        "tasks": [{"resources": {"spec": "gpu-a100-1"}, "command": "echo hi"}],
+    }
+    async with db.write() as session:
+        job = await jobs.submit_job(session, as_alice, job_spec)
+        template = await jobs.create_template(session, as_alice, name="iso-template", spec=job_spec)
+    return job.job.id, template.template.id
+
+
+# --- end jobs ---
 
 
 # ------------------------------------------------------------------------------------------------- requests

@@ -67,7 +67,7 @@ async def test_an_admin_imports_a_directory_into_a_preset_item(
     assert version.ref == "preset/mnist:1"
     assert await version_files(db, store, version.id) == tree(root_dir / "mnist")
     async with db.read() as session:
-        modes = dict(await session.execute(select(VersionFile.path, VersionFile.mode)))
+        modes = {row.path: row.mode for row in await session.execute(select(VersionFile.path, VersionFile.mode))}
         assert modes["prepare.sh"] == 0o755
         # Everyone sees it under presets and may read it.
         page = await catalog.list_items(session, p.carol, DS, scope=Scope.PRESET)

@@ -469,7 +469,7 @@ async def test_a_tar_gz_archive_upload_is_expanded_into_the_version(
     assert version.size_bytes == sum(map(len, contents.values()))
     assert await read_back(db, store, version.id) == contents
     async with db.read() as session:
-        modes = dict(await session.execute(select(VersionFile.path, VersionFile.mode)))
+        modes = {row.path: row.mode for row in await session.execute(select(VersionFile.path, VersionFile.mode))}
     assert modes["run.sh"] == 0o755
 
 

@@ -8,6 +8,7 @@ from aicenter.api.routers import (
     auth,
     catalog,
     health,
+    jobs,
     nodes,
     pools,
     specs,
@@ -30,4 +31,6 @@ ROUTERS: list[APIRouter] = [
     *catalog.ROUTERS,
     uploads.router,
     storage.router,
+    jobs.router,
+    jobs.templates_router,
 ]

@@ -39,7 +39,7 @@ from aicenter.api.schemas.catalog import (
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.core.catalog import ItemKind, Scope, Visibility
 from aicenter.services import catalog
-from aicenter.storage import FileEntry, iter_tar
+from aicenter.storage import BlobStore, FileEntry, iter_tar
 
 Sort = Literal["-updated_at", "updated_at", "name", "-name", "created_at", "-created_at"]
 
@@ -61,10 +61,10 @@ def _attachment(filename: str) -> str:
     return f"attachment; filename*=utf-8''{quoted}"
 
 
-def _tar_response(ctx: Ctx, entries: list[FileEntry], filename: str) -> StreamingResponse:
+def _tar_response(store: BlobStore, entries: list[FileEntry], filename: str) -> StreamingResponse:
     # iter_tar reads blobs with blocking I/O: each chunk is produced in a worker thread.
     return StreamingResponse(
-        iterate_in_threadpool(iter_tar(ctx.store, entries)),
+        iterate_in_threadpool(iter_tar(store, entries)),
         media_type="application/x-tar",
         headers={"Content-Disposition": _attachment(filename)},
     )
@@ -289,7 +289,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
     ) -> StreamingResponse:
         version = await catalog.get_version(session, actor, kind, item_id, number)
         entries = await catalog.archive_entries(session, actor, kind, item_id, number)
-        return _tar_response(ctx, entries, f"{version.item_name}-{version.number}.tar")
+        return _tar_response(ctx.store, entries, f"{version.item_name}-{version.number}.tar")
 
     @router.post(
         "/{item_id}/versions/{number}/archive",
@@ -304,7 +304,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         """A tar of the paths listed (default: every file); an unknown path is a 404 before anything is sent."""
         version = await catalog.get_version(session, actor, kind, item_id, number)
         entries = await catalog.archive_entries(session, actor, kind, item_id, number, paths=body.paths)
-        return _tar_response(ctx, entries, f"{version.item_name}-{version.number}.tar")
+        return _tar_response(ctx.store, entries, f"{version.item_name}-{version.number}.tar")
 
     @router.get(
         "/{item_id}/versions/{number}/preview/{path:path}",

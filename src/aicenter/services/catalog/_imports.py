@@ -56,10 +56,10 @@ def _resolve_import_path(path: str, roots: list[Path]) -> Path:
 async def _store_directory(store: BlobStore, directory: Path) -> list[FileEntry]:
     """Copy every file under ``directory`` into the store and make it durable; the version's entries."""
     entries = await asyncio.to_thread(scan_directory, directory, store)
-    # scan_directory leaves blobs the store already had untouched: refresh them so a collection running now
-    # keeps them until the version references them.
+    # The copy refreshed blobs the store already had; this check (one stat each) makes sure none of them went
+    # missing before the version references them, as the upload commit does.
     lost = await asyncio.to_thread(touch_blobs, store, (e.sha256 for e in entries))
-    if lost:  # removed between the copy and now: a collection raced us; the caller may retry
+    if lost:
         raise Conflict("the store lost files while importing them; try again")
     await asyncio.to_thread(store.sync)
     return entries

@@ -18,10 +18,16 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from aicenter.core import jobs as core
 from aicenter.core.clock import utcnow
-from aicenter.core.errors import InvalidTransition
+from aicenter.core.errors import Conflict, Forbidden, InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
+from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import Job, JobEvent, Replica
+from aicenter.services import audit
+from aicenter.services.access import require_platform_admin, workspace_role
 from aicenter.services.context import Actor
+from aicenter.services.jobs._queries import load_job
+from aicenter.services.jobs._runtime import notify_after_commit
+from aicenter.services.jobs._views import JobView, job_views
 
 SYSTEM = "system"
 """The actor name of events caused by the platform (controllers, the scheduler)."""
@@ -54,12 +60,17 @@ async def record_created(session: AsyncSession, job: Job, *, actor: Actor | None
     """
     actor_id, actor_name = _actor_fields(actor)
     change = core.transition(
-        None, JobStatus(job.status), at=utcnow(), actor_id=actor_id, actor_name=actor_name,
-        reason="submitted", message=message,
+        None,
+        JobStatus(job.status),
+        at=utcnow(),
+        actor_id=actor_id,
+        actor_name=actor_name,
+        reason="submitted",
+        message=message,
     )
     event = _event(job, change)
     session.add(event)
-    await session.flush([event])
+    await session.flush()
     return event
 
 
@@ -110,8 +121,13 @@ async def transition(
     actor_id, actor_name = _actor_fields(actor)
     now = utcnow()
     change = core.transition(
-        current, to, at=now, actor_id=actor_id, actor_name=actor_name,
-        reason=reason or (failure_reason.value if failure_reason is not None else None), message=message,
+        current,
+        to,
+        at=now,
+        actor_id=actor_id,
+        actor_name=actor_name,
+        reason=reason or (failure_reason.value if failure_reason is not None else None),
+        message=message,
     )
     values: dict[str, Any] = {"status": to.value, "updated_at": now}
     values.update(_time_columns(to, now))
@@ -141,7 +157,7 @@ async def transition(
         set_committed_value(job, key, value)
     event = _event(job, change)
     session.add(event)
-    await session.flush([event])
+    await session.flush()
     return event
 
 
@@ -166,7 +182,7 @@ _NOT_LAUNCHED = frozenset({JobStatus.PENDING, JobStatus.QUEUED})
 def requested_stop_reason(job: Job) -> FailureReason | None:
     """Why a stop was requested, for the reconciler that carries it out: ``stopped`` or ``stopped_by_admin``
     (recorded in ``failure_reason`` with the request); ``None`` when nobody asked."""
-    if job.stop_requested_by is None:
+    if job.stop_requested_at is None:  # not _by: the system actor has no user id
         return None
     if job.failure_reason == FailureReason.STOPPED_BY_ADMIN.value:
         return FailureReason.STOPPED_BY_ADMIN
@@ -182,10 +198,11 @@ async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: Fa
     current = JobStatus(job.status)
     core.check_transition(current, JobStatus.STOPPED)
     now = utcnow()
-    if job.stop_requested_by is None or reason == FailureReason.STOPPED_BY_ADMIN:
+    if job.stop_requested_at is None or reason == FailureReason.STOPPED_BY_ADMIN:
         job.stop_requested_by = actor.user_id or None
         job.stop_requested_at = now
         job.failure_reason = reason.value
+    notify_after_commit(session)  # the reconciler (or scheduler) of this process acts at once
     if current not in _NOT_LAUNCHED:
         await session.flush()
         return None
@@ -204,3 +221,62 @@ async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: Fa
         replica.finished_at = now
     await session.flush()
     return event
+
+
+async def _may_manage(session: AsyncSession, actor: Actor, job: Job) -> None:
+    """The job's owner and the admins of its workspace may stop or delete it."""
+    if job.user_id is not None and job.user_id == actor.user_id:
+        return
+    if await workspace_role(session, actor, job.workspace_id) == WorkspaceRole.WORKSPACE_ADMIN:
+        return
+    hint = " (platform admins: use force-stop)" if actor.is_platform_admin else ""
+    raise Forbidden(f"only the owner of job {job.id} and the admins of its workspace can do this{hint}")
+
+
+async def stop_job(session: AsyncSession, actor: Actor, job_id: int) -> JobView:
+    """Ask for the job to stop (its owner or a workspace admin). A job not launched yet stops at once; a
+    launched one is stopped by the reconciler, which reads the request (SIGTERM, a grace period, SIGKILL).
+
+    Raises:
+        NotFound: No such job for this actor.
+        Forbidden: A member who neither owns the job nor administers its workspace.
+        InvalidTransition: The job has finished.
+    """
+    job = await load_job(session, actor, job_id, for_update=True)
+    await _may_manage(session, actor, job)
+    await request_stop(session, job, actor, FailureReason.STOPPED)
+    audit.record(session, actor, "job.stop", "job", job.id, workspace_id=job.workspace_id)
+    return (await job_views(session, [job]))[0]
+
+
+async def force_stop(session: AsyncSession, actor: Actor, job_id: int) -> JobView:
+    """Stop any job (platform admins); it ends with reason ``stopped_by_admin``."""
+    require_platform_admin(actor, "force-stopping jobs")
+    job = await load_job(session, actor, job_id, for_update=True)
+    await request_stop(session, job, actor, FailureReason.STOPPED_BY_ADMIN)
+    audit.record(session, actor, "job.force_stop", "job", job.id, workspace_id=job.workspace_id)
+    return (await job_views(session, [job]))[0]
+
+
+async def delete_job(session: AsyncSession, actor: Actor, job_id: int) -> None:
+    """Delete a finished job with its replicas and events (its owner, a workspace admin, a platform admin).
+
+    Raises:
+        Conflict: The job has not finished (stop it first).
+    """
+    job = await load_job(session, actor, job_id, for_update=True)
+    if not actor.is_platform_admin:
+        await _may_manage(session, actor, job)
+    if not JobStatus(job.status).is_finished():
+        raise Conflict(f"job {job.id} is {job.status}; stop it before deleting it", details={"status": job.status})
+    audit.record(
+        session,
+        actor,
+        "job.delete",
+        "job",
+        job.id,
+        workspace_id=job.workspace_id,
+        details={"name": job.name, "status": job.status},
+    )
+    await session.delete(job)
+    await session.flush()

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import Conflict, NotFound, Unavailable, ValidationFailed
-from aicenter.core.jobs import JobKind, JobStatus
+from aicenter.core.jobs import JobKind, JobStatus, ReplicaStatus
 from aicenter.db.models import Job, JobEvent, Membership, Replica, User
 from aicenter.db.pagination import Page, paginate
 from aicenter.executors.base import ReplicaHandle
@@ -80,7 +80,9 @@ async def list_jobs(
         await get_visible_workspace(session, actor, workspace_id)
         stmt = stmt.where(Job.workspace_id == workspace_id)
     elif not actor.is_platform_admin:
-        stmt = stmt.where(Job.workspace_id.in_(select(Membership.workspace_id).where(Membership.user_id == actor.user_id)))
+        stmt = stmt.where(
+            Job.workspace_id.in_(select(Membership.workspace_id).where(Membership.user_id == actor.user_id))
+        )
     if status:
         statuses = [_status(s.strip()).value for s in status.split(",") if s.strip()]
         stmt = stmt.where(Job.status.in_(statuses))
@@ -159,25 +161,19 @@ async def log_target(
     stmt = select(Replica).where(Replica.job_id == job.id, Replica.task == task, Replica.index == index)
     if attempt is not None:
         stmt = stmt.where(Replica.attempt == attempt)
-    else:
-        # The latest attempt that has output; an attempt planned but not launched yet has none.
-        stmt = stmt.where(Replica.handle.is_not(None))
-    row = await session.scalar(stmt.order_by(Replica.attempt.desc()).limit(1))
-    if row is None:
-        if attempt is not None:
-            field, what = "attempt", f"attempt {attempt} of replica {task}-{index}"
-        else:
-            any_row = await session.scalar(
-                select(Replica.id).where(Replica.job_id == job.id, Replica.task == task, Replica.index == index)
-            )
-            if any_row is not None:
-                raise Conflict(f"replica {task}-{index} of job {job.id} has not been launched yet; no logs so far")
-            field, what = "replica", f"replica {task}-{index}"
+    # Attempts are few (one per restart). The handle is filtered here, not in SQL: a JSON column's "no value"
+    # may be SQL NULL or JSON null depending on how the row was written.
+    rows = list((await session.scalars(stmt.order_by(Replica.attempt.desc()))).all())
+    if not rows:
+        what = f"attempt {attempt} of replica {task}-{index}" if attempt is not None else f"replica {task}-{index}"
+        field = "attempt" if attempt is not None else "replica"
         raise NotFound(f"job {job.id} has no {what}", details={"field": field})
-    if row.handle is None:
-        raise Conflict(f"replica {task}-{index} (attempt {row.attempt}) of job {job.id} was never launched; no logs")
-    finished = row.finished_at is not None or row.status in ("succeeded", "failed", "lost", "stopped")
-    return LogTarget(job.id, task, index, row.attempt, ReplicaHandle.from_dict(row.handle), finished)
+    launched = [(r, r.handle) for r in rows if r.handle]
+    if not launched:
+        raise Conflict(f"replica {task}-{index} of job {job.id} has not been launched; no logs so far")
+    row, handle = launched[0]
+    finished = row.finished_at is not None or ReplicaStatus(row.status).is_finished()
+    return LogTarget(job.id, task, index, row.attempt, ReplicaHandle.from_dict(handle), finished)
 
 
 def read_logs(

@@ -17,15 +17,28 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core import jobs as core
 from aicenter.core.catalog import ItemKind, VersionState
 from aicenter.core.errors import Conflict, Forbidden, NotFound, QuotaExceeded, ValidationFailed
-from aicenter.core.jobs import JobSpec, JobStatus, ResourceRequest, ReplicaStatus
+from aicenter.core.jobs import JobSpec, JobStatus, ReplicaStatus, ResourceRequest
 from aicenter.core.quantity import format_cpu, format_memory
 from aicenter.core.roles import NodeSchedule
-from aicenter.db.models import AcceleratorType, Job, Membership, Node, Pool, PoolGrant, Quota, Replica, ResourceSpec
-from aicenter.db.models import User, Workspace
+from aicenter.db.models import (
+    AcceleratorType,
+    Job,
+    Membership,
+    Node,
+    Pool,
+    PoolGrant,
+    Quota,
+    Replica,
+    ResourceSpec,
+    User,
+    Workspace,
+)
 from aicenter.services import audit, catalog
 from aicenter.services.context import Actor
 from aicenter.services.inventory import selector_matches
 from aicenter.services.jobs._lifecycle import record_created, transition
+from aicenter.services.jobs._queries import load_job
+from aicenter.services.jobs._runtime import notify_after_commit
 from aicenter.services.jobs._views import JobView, job_views
 
 
@@ -112,9 +125,7 @@ async def _resolve_ref(
             details={"field": field},
         )
     if version.state != VersionState.READY.value:
-        raise Conflict(
-            f"{field}: {kind.value} {version.ref} is {version.state}, not ready", details={"field": field}
-        )
+        raise Conflict(f"{field}: {kind.value} {version.ref} is {version.state}, not ready", details={"field": field})
     return version.id
 
 
@@ -125,15 +136,14 @@ async def _usable_spec(
     if spec is None or not spec.enabled:
         raise ValidationFailed(f'spec "{name}" not found', field=field)
     if spec.pool_id is not None and spec.pool_id not in granted:
-        raise ValidationFailed(
-            f'spec "{name}" is in a pool that workspace {workspace.name} may not use', field=field
-        )
+        raise ValidationFailed(f'spec "{name}" is in a pool that workspace {workspace.name} may not use', field=field)
     return spec
 
 
 def _amounts(request: ResourceRequest, spec: ResourceSpec | None) -> Amounts:
     if spec is None:
-        assert request.cpu_milli is not None and request.memory_bytes is not None  # the core spec's rule
+        assert request.cpu_milli is not None
+        assert request.memory_bytes is not None
         return Amounts(request.cpu_milli, request.memory_bytes, request.gpu, request.gpu_type, request.gpu_share, None)
     if spec.accelerator_share:
         return Amounts(spec.cpu_milli, spec.memory_bytes, 1, spec.accelerator_type, spec.accelerator_share / 1000, spec)
@@ -189,16 +199,16 @@ def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> No
     largest_devices = max(_devices_of(n, a.gpu_type) for n in nodes)
     device_name = a.gpu_type or "accelerator"
     if a.cpu_milli > largest_cpu:
-        text = f"needs {format_cpu(a.cpu_milli)} CPU; the largest node of pool {pool.name} has {format_cpu(largest_cpu)}"
+        text = (
+            f"needs {format_cpu(a.cpu_milli)} CPU; the largest node of pool {pool.name} has {format_cpu(largest_cpu)}"
+        )
     elif a.memory_bytes > largest_memory:
         text = (
             f"needs {format_memory(a.memory_bytes)} memory; the largest node of pool {pool.name} has "
             f"{format_memory(largest_memory)}"
         )
     elif a.gpu > largest_devices:
-        text = (
-            f"needs {a.gpu} {device_name} device(s); the most any node of pool {pool.name} has is {largest_devices}"
-        )
+        text = f"needs {a.gpu} {device_name} device(s); the most any node of pool {pool.name} has is {largest_devices}"
     else:
         text = (
             f"needs {format_cpu(a.cpu_milli)} CPU, {format_memory(a.memory_bytes)} memory and {a.gpu} "
@@ -213,9 +223,7 @@ async def _pool_nodes(session: AsyncSession, pool: Pool) -> list[Node]:
     return [n for n in nodes if selector_matches(pool.selector or {}, n.labels or {})]
 
 
-async def _check_quota(
-    session: AsyncSession, workspace: Workspace, pool: Pool, replicas: Sequence[Amounts]
-) -> None:
+async def _check_quota(session: AsyncSession, workspace: Workspace, pool: Pool, replicas: Sequence[Amounts]) -> None:
     """Refuse a job whose total is above the workspace's quota maximum in the pool: it could never be admitted."""
     maximum = await session.scalar(
         select(Quota.maximum).where(Quota.workspace_id == workspace.id, Quota.pool_id == pool.id)
@@ -294,7 +302,9 @@ async def submit_job(
         for i, ref in enumerate(spec.datasets)
     ]
 
-    granted = set((await session.scalars(select(PoolGrant.pool_id).where(PoolGrant.workspace_id == workspace.id))).all())
+    granted = set(
+        (await session.scalars(select(PoolGrant.pool_id).where(PoolGrant.workspace_id == workspace.id))).all()
+    )
     specs: list[tuple[str, ResourceSpec | None]] = []
     for i, task in enumerate(spec.tasks):
         field = f"tasks[{i}].resources.spec"
@@ -302,7 +312,11 @@ async def submit_job(
         specs.append((field, await _usable_spec(session, workspace, name, field, granted) if name else None))
     await _check_gpu_types(
         session,
-        [(f"tasks[{i}].resources.gpu_type", t.resources.gpu_type) for i, t in enumerate(spec.tasks) if t.resources.gpu_type],
+        [
+            (f"tasks[{i}].resources.gpu_type", t.resources.gpu_type)
+            for i, t in enumerate(spec.tasks)
+            if t.resources.gpu_type
+        ],
     )
     pool = await _choose_pool(session, workspace, specs, granted)
     if pool.id not in granted:
@@ -354,5 +368,14 @@ async def submit_job(
     if template_id is not None:
         details["template_id"] = template_id
     audit.record(session, actor, "job.submit", "job", job.id, workspace_id=workspace.id, details=details)
+    notify_after_commit(session)  # the scheduler of this process looks at once, not at its next tick
     return (await job_views(session, [job]))[0]
 
+
+async def resubmit_job(session: AsyncSession, actor: Actor, job_id: int, overrides: Sequence[str] = ()) -> JobView:
+    """Submit a new job from a job's stored spec, with ``overrides``, in the same workspace (members of it).
+
+    References are resolved again, as the resubmitting user sees them now.
+    """
+    job = await load_job(session, actor, job_id)
+    return await submit_job(session, actor, job.spec, overrides=overrides, workspace_id=job.workspace_id)

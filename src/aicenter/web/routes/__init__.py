@@ -10,6 +10,7 @@ from aicenter.web.routes import (
     catalog,
     catalog_versions,
     home,
+    jobs,
     nodes,
     pools,
     session,
@@ -30,4 +31,5 @@ ROUTERS: list[APIRouter] = [
     audit.router,
     catalog.router,
     catalog_versions.router,
+    jobs.router,
 ]

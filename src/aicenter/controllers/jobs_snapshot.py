@@ -1,0 +1,167 @@
+"""From database rows to the scheduler's model (``aicenter.scheduler``): nodes, quotas, jobs and placements.
+
+Pools are label selectors, so a node may match several; the scheduler gives each node one pool. A node belongs
+to the first non-default pool (by name) whose selector matches it, else to the default pool: a pool that an
+admin carved out is that pool's alone, and the default pool keeps what nobody claimed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aicenter.core.jobs import JobStatus
+from aicenter.core.roles import NodeSchedule, NodeState
+from aicenter.db.models import Job, Node, Pool, Replica
+from aicenter.db.models import Quota as QuotaRow
+from aicenter.scheduler import Device, Quota, ReplicaPlacement, ReplicaRequest, Task
+from aicenter.scheduler import Job as SchedJob
+from aicenter.scheduler import Node as SchedNode
+from aicenter.scheduler.model import NodeStatus
+from aicenter.services.inventory import selector_matches
+
+MIB = 1024 * 1024
+DEFAULT_POOL = "default"
+
+# Jobs whose replicas hold resources on nodes: from placement until their replicas are stopped and the job
+# leaves for the queue or a final status. A job with a stop request (a user's stop, a preemption) is left out:
+# the scheduler treats its resources as already given back, so the job that preempted it can be placed.
+HOLDING: tuple[str, ...] = tuple(
+    s.value for s in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING)
+)
+
+
+def epoch(at: datetime | None) -> float | None:
+    """Seconds since the epoch of a stored time (SQLite returns naive UTC)."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+# -- nodes and quotas -----------------------------------------------------------------------------------------
+
+
+def node_pool(node: Node, pools: Sequence[Pool]) -> str:
+    """The one pool the scheduler files ``node`` under (see the module docstring)."""
+    labels = node.labels or {}
+    default = DEFAULT_POOL
+    for pool in sorted(pools, key=lambda p: p.name):
+        if pool.is_default:
+            default = pool.name
+        elif selector_matches(pool.selector or {}, labels):
+            return pool.name
+    return default
+
+
+def node_status(node: Node) -> NodeStatus:
+    """``ready`` only when heartbeating and schedulable; cordoned and draining nodes keep their jobs."""
+    if node.state != NodeState.READY.value:
+        return "down"
+    if node.schedule != NodeSchedule.SCHEDULABLE.value:
+        return "cordoned"
+    return "ready"
+
+
+def to_node(node: Node, pool: str) -> SchedNode:
+    devices = tuple(
+        Device(
+            index=int(acc["index"]),
+            type=str(acc.get("type") or "unknown"),
+            memory_mib=int(acc.get("memory_bytes") or 0) // MIB,
+            nvlink_domain=acc.get("nvlink_domain") or node.nvlink_domain,
+        )
+        for acc in sorted(node.accelerators or [], key=lambda a: int(a["index"]))
+    )
+    return SchedNode(
+        name=node.name,
+        cpu_milli=int(node.cpu_milli),
+        memory_mib=int(node.memory_bytes) // MIB,
+        devices=devices,
+        pool=pool,
+        labels={str(k): str(v) for k, v in (node.labels or {}).items()},
+        state=node_status(node),
+        leaf=node.leaf,
+        spine=node.spine,
+    )
+
+
+def node_signature(node: SchedNode) -> tuple[Any, ...]:
+    """What, when it changes, needs the state's arrays rebuilt (everything but the node's state)."""
+    return (node.cpu_milli, node.memory_mib, node.devices, node.pool, node.leaf, node.spine, tuple(node.labels.items()))
+
+
+def _quota_amounts(amounts: Mapping[str, Any]) -> dict[str, float]:
+    # Stored in quota units (memory in bytes); the scheduler counts memory in MiB.
+    return {k: (float(v) / MIB if k == "memory" else float(v)) for k, v in (amounts or {}).items()}
+
+
+def to_quota(row: QuotaRow, workspace: str, pool: str) -> Quota:
+    return Quota(workspace, pool, _quota_amounts(row.guaranteed), _quota_amounts(row.maximum))
+
+
+# -- jobs -----------------------------------------------------------------------------------------------------
+
+
+def request_of(replica: Replica) -> ReplicaRequest:
+    """A replica row's resources (spec names were replaced by amounts at submission) as a scheduler request."""
+    share = replica.gpu_share
+    return ReplicaRequest(
+        cpu_milli=int(replica.cpu_milli),
+        memory_mib=math.ceil(int(replica.memory_bytes) / MIB),
+        accelerators=0 if share else int(replica.gpu or 0),
+        accelerator_milli=round(share * 1000) if share else 0,
+        accelerator_types=frozenset({replica.gpu_type}) if replica.gpu_type else frozenset(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """A job row with the names the scheduler needs."""
+
+    job: Job
+    workspace: str
+    user: str
+    pool: str
+    replicas: list[Replica]  # the current attempt's rows, in rank order
+    dataset_sizes: Mapping[int, int]  # dataset version id -> bytes
+
+
+def to_sched_job(facts: JobFacts) -> SchedJob | None:
+    """The scheduler's view of a job; None when its current attempt has no replica rows (nothing to place)."""
+    job = facts.job
+    if not facts.replicas:
+        return None
+    order = [str(t.get("name", "worker")) for t in (job.spec or {}).get("tasks", [])]
+    by_task: dict[str, list[Replica]] = {}
+    for replica in facts.replicas:
+        by_task.setdefault(replica.task, []).append(replica)
+    names = [n for n in order if n in by_task] + sorted(n for n in by_task if n not in order)
+    tasks = tuple(Task(name, len(by_task[name]), request_of(by_task[name][0])) for name in names)
+    datasets = tuple(
+        (str(int(v)), math.ceil(facts.dataset_sizes.get(int(v), 0) / MIB)) for v in job.dataset_version_ids or []
+    )
+    return SchedJob(
+        id=str(job.id),
+        workspace=facts.workspace,
+        user=facts.user,
+        priority=int(job.priority),
+        submit_time=epoch(job.submitted_at) or 0.0,
+        tasks=tasks,
+        datasets=datasets,
+        pool=facts.pool,
+        started_at=epoch(job.started_at),
+    )
+
+
+def placements_of(replicas: Iterable[Replica]) -> tuple[ReplicaPlacement, ...] | None:
+    """Where a placed job's replicas are, from their rows; None if any is not placed."""
+    out = []
+    for r in replicas:
+        if r.node_name is None:
+            return None
+        milli = round(r.gpu_share * 1000) if r.gpu_share else int(r.gpu or 0) * 1000
+        out.append(ReplicaPlacement(r.task, r.index, r.node_name, tuple(int(d) for d in r.devices or []), milli))
+    return tuple(out)

@@ -1,0 +1,225 @@
+"""The job reconciler: launches, watches, restarts and stops the replicas of jobs through the executors.
+
+Every replica runs it. A tick walks the jobs that need work in id order, a batch at a time: it leases a batch
+(``claim_rows``: ``SKIP LOCKED`` on PostgreSQL, so two replicas never take the same job), drives each job one
+step in a ``JobPass`` (controllers/jobs_pass.py) with the lease renewed in the background, and releases it.
+Jobs that need work: ``scheduled``, ``starting``, ``running``, ``restarting``, ``preempted``, and pending or
+queued jobs with a stop request.
+
+Exactly once: a replica is launched only by the holder of its job's lease, after its intent (status
+``starting``, run dir) committed; a reconciler that restarts finds the intent without a launch result and
+launches into the same run dir, which adopts the running replica (``Executor.launch`` contract).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.config import Settings
+from aicenter.controllers.jobs_common import WakeableController
+from aicenter.controllers.jobs_pass import JobPass, LeaseLost
+from aicenter.controllers.store_gc import replica_name
+from aicenter.core.catalog import ItemKind
+from aicenter.core.errors import Conflict, NotFound
+from aicenter.core.jobs import JobStatus
+from aicenter.db.engine import Database
+from aicenter.db.leases import claim_rows, release_row, renew_row
+from aicenter.db.models import CatalogItem, CatalogVersion, Job, User
+from aicenter.executors.base import Executor
+from aicenter.executors.local import LocalExecutor
+from aicenter.services import catalog
+from aicenter.services.catalog._items import user_namespace
+from aicenter.services.context import Actor
+from aicenter.services.jobs._runtime import job_dirs
+from aicenter.storage import BlobStore
+
+log = logging.getLogger(__name__)
+
+_WORKING = tuple(
+    s.value
+    for s in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTED)
+)
+_NOT_LAUNCHED = (JobStatus.PENDING.value, JobStatus.QUEUED.value)
+
+
+def needs_work() -> ColumnElement[bool]:
+    """The jobs a reconciler leases (through the status index)."""
+    return or_(
+        Job.status.in_(_WORKING),
+        and_(Job.status.in_(_NOT_LAUNCHED), Job.stop_requested_at.is_not(None)),
+    )
+
+
+class JobReconciler(WakeableController):
+    """Launches, watches, restarts and stops jobs' replicas; saves output models.
+
+    Args:
+        db: The database.
+        store: The blob store (code and data are materialized from it; output models go into it).
+        settings: ``jobs_path``, ``reconcile_interval_s``, ``stop_grace_s`` and ``api_url`` are read.
+        executors: Executors by name (``local``, ...); default: this host's local executor.
+        owner: The lease owner name (default ``host:pid``).
+        batch: Jobs leased and driven concurrently at a time.
+        lease_ttl_s: How long a job's lease lasts without renewal (renewed every third of it while working).
+    """
+
+    name = "job-reconciler"
+
+    def __init__(
+        self,
+        db: Database,
+        store: BlobStore,
+        settings: Settings,
+        *,
+        executors: Mapping[str, Executor] | None = None,
+        owner: str | None = None,
+        batch: int = 32,
+        lease_ttl_s: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.store = store
+        self.settings = settings
+        self.interval_s = settings.reconcile_interval_s
+        self.executors: Mapping[str, Executor] = executors or {"local": LocalExecutor(settings.jobs_path)}
+        self.owner = owner or replica_name()
+        self.batch = batch
+        self.lease_ttl_s = lease_ttl_s
+
+    async def tick(self) -> None:
+        after = 0
+        while not self._stopping.is_set():
+            async with self.db.write() as session:
+                rows = await claim_rows(
+                    session,
+                    Job,
+                    Job.id > after,
+                    needs_work(),
+                    owner=self.owner,
+                    ttl_s=self.lease_ttl_s,
+                    limit=self.batch,
+                    order_by=Job.id,
+                )
+                claims = [(row.id, row.lock_token or "") for row in rows]
+            if not claims:
+                return
+            after = claims[-1][0]
+            await asyncio.gather(*(self._drive(job_id, token) for job_id, token in claims))
+            if len(claims) < self.batch:
+                return
+
+    async def _drive(self, job_id: int, token: str) -> None:
+        keeper = asyncio.create_task(self._keep(job_id, token))
+        try:
+            await JobPass(self, job_id, token).run()
+        except LeaseLost:
+            log.info("job %s: lease lost to another reconciler; its pass is dropped", job_id)
+        except Exception:
+            log.exception("job %s: reconcile pass failed", job_id)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            try:
+                async with self.db.write() as session:
+                    await release_row(session, Job, Job.id == job_id, token=token)
+            except Exception:  # the lease then expires by itself
+                log.warning("job %s: could not release its lease", job_id, exc_info=True)
+
+    async def _keep(self, job_id: int, token: str) -> None:
+        """Renew the job's lease every third of its lifetime while a pass works (a stop waits the grace)."""
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            async with self.db.write() as session:
+                if not await renew_row(session, Job, Job.id == job_id, token=token, ttl_s=self.lease_ttl_s):
+                    return
+
+    async def save_output(self, job: Job, model_name: str) -> int:
+        """Save the job's output directory as a version of its user's model ``model_name`` (created if missing),
+        with lineage. Idempotent: a version already saved for this job (a crash before the job was marked
+        succeeded) is returned instead of a second one.
+
+        Raises:
+            AicenterError: The owner is gone, the model cannot be created, the version does not fit the quota.
+        """
+        async with self.db.read() as session:
+            user = await session.get(User, job.user_id) if job.user_id is not None else None
+            if user is None:
+                raise NotFound(f"the owner of job {job.id} no longer exists; its output was not saved")
+            item_id = await _model_item(session, user.id, model_name)
+            if item_id is not None:
+                done = await _version_of_job(session, item_id, job.id)
+                if done is not None:
+                    return done
+        actor = Actor(user.id, user.username, user.is_platform_admin)
+        if item_id is None:
+            try:
+                async with self.db.write() as session:
+                    view = await catalog.create_item(
+                        session, actor, ItemKind.MODEL, name=model_name, workspace_id=job.workspace_id
+                    )
+                    item_id = view.id
+            except Conflict:  # created meanwhile (another pass, the user)
+                async with self.db.read() as session:
+                    item_id = await _model_item(session, user.id, model_name)
+                if item_id is None:
+                    raise
+        lineage = {
+            "job_id": job.id,
+            "algorithm_version_id": job.algorithm_version_id,
+            "dataset_version_ids": [int(v) for v in job.dataset_version_ids or []],
+        }
+        version = await catalog.create_version_from_directory(
+            self.db,
+            actor,
+            self.store,
+            ItemKind.MODEL,
+            item_id,
+            job_dirs(self.settings.jobs_path, job.id).output,
+            description=f"output of job {job.id} ({job.name})",
+            metadata={"lineage": lineage},
+        )
+        return version.id
+
+
+async def _model_item(session: AsyncSession, user_id: int, name: str) -> int | None:
+    return await session.scalar(
+        select(CatalogItem.id).where(
+            CatalogItem.kind == ItemKind.MODEL.value,
+            CatalogItem.namespace == user_namespace(user_id),
+            CatalogItem.name == name,
+        )
+    )
+
+
+async def _version_of_job(session: AsyncSession, item_id: int, job_id: int) -> int | None:
+    # An item has few versions; the lineage is JSON, matched here (JSON paths differ between backends).
+    for version_id, meta in await session.execute(
+        select(CatalogVersion.id, CatalogVersion.meta).where(CatalogVersion.item_id == item_id)
+    ):
+        if ((meta or {}).get("lineage") or {}).get("job_id") == job_id:
+            return int(version_id)
+    return None
+
+
+class _Context(Protocol):
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def store(self) -> BlobStore: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+def build(ctx: _Context) -> JobReconciler:
+    """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
+    return JobReconciler(ctx.db, ctx.store, ctx.settings)

@@ -1,0 +1,314 @@
+"""Jobs in the console: the list (filters, status badges, pending reasons), a job's page (tasks, replicas, nodes,
+devices, events, live status and a live log view over the API's SSE endpoint, stop), and the submit form.
+
+The submit form builds the same spec document the CLI reads from YAML (or takes pasted YAML on its "YAML" tab)
+and hands it to the one submission service, so errors name the same fields; they are shown next to the form
+field that holds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import Response
+
+from aicenter.core.catalog import ItemKind, Scope, VersionState
+from aicenter.core.errors import AicenterError
+from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
+from aicenter.services import catalog, inventory, jobs
+from aicenter.services.context import Actor
+from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
+from aicenter.web.forms import FormState, failed_form, message_form, parse_int, parse_key_values
+
+router = APIRouter()
+
+FINISHED = frozenset(s.value for s in JobStatus if s.is_finished())
+# Status -> badge colour class (console.css): green while it runs or after success, amber while it waits.
+BADGES = {
+    "pending": "pending",
+    "queued": "pending",
+    "scheduled": "role",
+    "starting": "role",
+    "running": "active",
+    "restarting": "not-ready",
+    "preempted": "not-ready",
+    "succeeded": "ready",
+    "failed": "failed",
+    "stopped": "disabled",
+    "lost": "failed",
+}
+FORM_FIELDS = (
+    "name",
+    "workspace_id",
+    "image",
+    "algorithm",
+    "datasets",
+    "framework",
+    "task_name",
+    "replicas",
+    "spec",
+    "cpu",
+    "memory",
+    "gpu",
+    "command",
+    "priority",
+    "max_restarts",
+    "env",
+    "output_model",
+)
+# The spec's field paths -> the form's field names (errors are shown next to the field that holds them).
+ALIASES = {
+    "tasks[0].name": "task_name",
+    "tasks[0].replicas": "replicas",
+    "tasks[0].resources.spec": "spec",
+    "tasks[0].resources.cpu": "cpu",
+    "tasks[0].resources.memory": "memory",
+    "tasks[0].resources.gpu": "gpu",
+    "tasks[0].resources": "spec",
+    "tasks[0].command": "command",
+    "retry.max_restarts": "max_restarts",
+    "workspace": "workspace_id",
+}
+YAML_FIELDS = ("yaml", "workspace_id")
+_CHOICES = 100  # items per kind and scope offered in a select: a form, not a catalog browser
+_VERSIONS_PER_ITEM = 5
+
+
+# --- list ----------------------------------------------------------------------------------------------------
+
+
+@router.get("/jobs")
+async def list_jobs(cx: Page) -> Response:
+    params = cx.request.query_params
+    status = params.get("status", "").strip()
+    kind = params.get("kind", "").strip()
+    user = params.get("user", "").strip()
+    workspace_raw = params.get("workspace_id", "").strip()
+    workspace_id = int(workspace_raw) if workspace_raw.isdigit() else None
+    async with cx.ctx.db.read() as session:
+        page = await jobs.list_jobs(
+            session,
+            cx.actor,
+            workspace_id=workspace_id,
+            status=status or None,
+            user=user or None,
+            kind=kind or None,
+            limit=50,
+            cursor=params.get("cursor") or None,
+        )
+    return render(
+        cx,
+        "jobs/list.html",
+        active="jobs",
+        title="Jobs",
+        jobs=page.items,
+        badges=BADGES,
+        statuses=[s.value for s in JobStatus],
+        kinds=[k.value for k in JobKind],
+        status_filter=status,
+        kind=kind,
+        user=user,
+        workspace_id=workspace_id,
+        next_url=page_url(cx.request, page.next_cursor),
+        first_url=first_page_url(cx.request),
+    )
+
+
+# --- submit ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the submit form's selects offer: (reference, label) pairs read from the catalog and inventory."""
+
+    images: list[tuple[str, str]]
+    algorithms: list[tuple[str, str]]
+    datasets: list[tuple[str, str]]
+    specs: list[tuple[str, str]]
+
+
+async def _versions(
+    session: AsyncSession, actor: Actor, kind: ItemKind, workspace_id: int | None
+) -> list[tuple[str, str]]:
+    """Ready versions whose content the actor may use, of items in their own, workspace, public and preset tabs."""
+    seen: set[int] = set()
+    out: list[tuple[str, str]] = []
+    for scope in (Scope.MINE, Scope.WORKSPACE, Scope.PUBLIC, Scope.PRESET):
+        page = await catalog.list_items(
+            session,
+            actor,
+            kind,
+            scope=scope,
+            workspace_id=workspace_id if scope is Scope.WORKSPACE else None,
+            sort="name",
+            limit=_CHOICES,
+        )
+        for item in page.items:
+            if item.id in seen or not item.version_count:
+                continue
+            seen.add(item.id)
+            versions = await catalog.list_versions(session, actor, kind, item.id, limit=_VERSIONS_PER_ITEM)
+            for v in versions.items:
+                if v.state == VersionState.READY.value and v.can_read_content:
+                    label = v.ref + (f" — {v.description}" if v.description else "")
+                    out.append((v.ref, label))
+    return out
+
+
+async def _choices(cx: Console, workspace_id: int | None) -> Choices:
+    async with cx.ctx.db.read() as session:
+        images = await _versions(session, cx.actor, ItemKind.IMAGE, workspace_id)
+        algorithms = await _versions(session, cx.actor, ItemKind.ALGORITHM, workspace_id)
+        datasets = await _versions(session, cx.actor, ItemKind.DATASET, workspace_id)
+        specs = await inventory.list_specs(session, cx.actor, workspace_id=workspace_id, limit=_CHOICES)
+    return Choices(
+        images=[("host", "host — the server's own Python"), *images],
+        algorithms=algorithms,
+        datasets=datasets,
+        specs=[(s.name, f"{s.name} — {s.description}" if s.description else s.name) for s in specs.items],
+    )
+
+
+def _member_workspace_id(cx: Console) -> int | None:
+    return cx.workspace.id if cx.workspace is not None and cx.role is not None else None
+
+
+async def _new(cx: Console, *, tab: str, forms: list[FormState] | None = None, status: int = 200) -> Response:
+    chosen = None
+    for state in forms or []:
+        raw = state.values.get("workspace_id", "")
+        chosen = int(raw) if raw.isdigit() else chosen
+    workspace_id = chosen or _member_workspace_id(cx)
+    return render(
+        cx,
+        "jobs/new.html",
+        active="jobs",
+        title="Submit a job",
+        forms=forms,
+        status=status,
+        tab=tab,
+        choices=await _choices(cx, workspace_id),
+        workspace_id=workspace_id,
+        framework_options=[(f.value, f.value) for f in Framework],
+        priority_options=[(p.value, p.value) for p in Priority],
+        selected_datasets=set(next((s.values.get("datasets_list", "") for s in forms or []), "").split("\n")),
+    )
+
+
+@router.get("/jobs/new")
+async def new_job(cx: Page) -> Response:
+    tab = "yaml" if cx.request.query_params.get("tab") == "yaml" else "form"
+    return await _new(cx, tab=tab)
+
+
+def spec_from_form(post: Post) -> dict[str, Any]:
+    """The job spec the form describes, as the YAML a user would write (the service checks every field)."""
+    resources: dict[str, Any]
+    if post.get("spec"):
+        resources = {"spec": post.get("spec")}
+    else:
+        resources = {"cpu": post.get("cpu"), "memory": post.get("memory")}
+        gpu = parse_int(post.get("gpu"), "gpu")
+        if gpu:
+            resources["gpu"] = gpu
+    task: dict[str, Any] = {
+        "name": post.get("task_name") or "worker",
+        "replicas": parse_int(post.get("replicas"), "replicas", default=1),
+        "resources": resources,
+        "command": post.get("command"),
+    }
+    spec: dict[str, Any] = {
+        "kind": "train",
+        "name": post.get("name"),
+        "image": post.get("image") or "host",
+        "framework": post.get("framework") or "none",
+        "priority": post.get("priority") or "normal",
+        "tasks": [task],
+    }
+    if post.get("algorithm"):
+        spec["algorithm"] = post.get("algorithm")
+    datasets = [d for d in post.data.getlist("datasets") if isinstance(d, str) and d.strip()]
+    if datasets:
+        spec["datasets"] = datasets
+    max_restarts = parse_int(post.get("max_restarts"), "max_restarts")
+    if max_restarts:
+        spec["retry"] = {"max_restarts": max_restarts, "on": ["node_lost", "error", "preempted"]}
+    env = parse_key_values(post.get("env"), "env") if post.get("env") else {}
+    if env:
+        spec["env"] = env
+    if post.get("output_model"):
+        spec["output_model"] = post.get("output_model")
+    return spec
+
+
+@router.post("/jobs/new")
+async def submit_job(post: Post) -> Response:
+    cx = post.cx
+    yaml_tab = post.get("mode") == "yaml"
+    values = dict(post.values)
+    # Several datasets are selected at once; the re-rendered form needs all of them, not the last one.
+    values["datasets_list"] = "\n".join(d for d in post.data.getlist("datasets") if isinstance(d, str))
+    try:
+        workspace_id = parse_int(post.get("workspace_id"), "workspace_id")
+        source: str | dict[str, Any] = post.get("yaml") if yaml_tab else spec_from_form(post)
+        async with cx.ctx.db.write() as session:
+            view = await jobs.submit_job(session, cx.actor, source, workspace_id=workspace_id)
+    except AicenterError as exc:
+        if yaml_tab:
+            state = failed_form("job-yaml", values, exc, YAML_FIELDS)
+            if state.errors.get("yaml") is None and state.message is None:
+                state.message = exc.message
+        else:
+            state = failed_form("job-submit", values, exc, FORM_FIELDS, aliases=ALIASES)
+        return await _new(cx, tab="yaml" if yaml_tab else "form", forms=[state], status=exc.status)
+    job = view.job
+    return redirect(cx, f"/jobs/{job.id}", f"Job {job.name} was submitted.")
+
+
+# --- one job ---------------------------------------------------------------------------------------------------
+
+
+async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
+    async with cx.ctx.db.read() as session:
+        view = await jobs.get_job(session, cx.actor, job_id)
+    job = view.job
+    tasks = [
+        {"name": t.get("name", "worker"), "replicas": int(t.get("replicas", 1)), **t} for t in job.spec.get("tasks", [])
+    ]
+    latest = max((r.attempt for r in view.replicas), default=0)
+    return render(
+        cx,
+        "jobs/detail.html",
+        active="jobs",
+        title=job.name,
+        forms=forms,
+        status=status,
+        view=view,
+        job=job,
+        tasks=tasks,
+        replicas=[r for r in view.replicas if r.attempt == latest],
+        earlier=[r for r in view.replicas if r.attempt != latest],
+        badges=BADGES,
+        finished=job.status in FINISHED,
+    )
+
+
+@router.get("/jobs/{job_id:int}")
+async def job_page(job_id: int, cx: Page) -> Response:
+    return await _detail(cx, job_id)
+
+
+@router.post("/jobs/{job_id:int}/stop")
+async def stop_job(job_id: int, post: Post) -> Response:
+    cx = post.cx
+    force = post.get("force") == "on" and cx.is_platform_admin
+    try:
+        async with cx.ctx.db.write() as session:
+            view = await (jobs.force_stop if force else jobs.stop_job)(session, cx.actor, job_id)
+    except AicenterError as exc:
+        return await _detail(cx, job_id, forms=[message_form("job-stop", exc)], status=exc.status)
+    done = view.job.status in FINISHED
+    return redirect(cx, f"/jobs/{job_id}", f"Job {view.job.name} " + ("was stopped." if done else "is stopping."))

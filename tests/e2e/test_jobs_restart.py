@@ -1,0 +1,145 @@
+"""`kill -9` of a real server with 20 running jobs, then `aicenter up` again: every job completes exactly once.
+
+Each job sleeps 3-8 s and appends its id to a shared file. The server dies while they run (its replicas keep
+running: the launchers are not its children); the restarted server re-adopts them, collects the exits of those
+that ended meanwhile, and finishes every job. Run on SQLite (embedded) and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.e2e.conftest import ADMIN_PASSWORD, Server
+
+pytestmark = pytest.mark.slow
+
+JOBS = 20
+DEADLINE_S = 180.0
+PG_ADMIN_DSN = os.environ.get("AICENTER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg(sql: str) -> bool:
+    async def run() -> bool:
+        try:
+            conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+        except (OSError, asyncpg.PostgresError):
+            return False
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+        return True
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def server_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Settings of the server under test: SQLite in its home, or a fresh PostgreSQL database."""
+    env = {"AICENTER_JOBS_DIR": str(tmp_path / "jobs"), "AICENTER_STOP_GRACE_S": "5"}
+    if request.param == "sqlite":
+        yield env
+        return
+    name = f"aicenter_e2e_{uuid.uuid4().hex[:10]}"
+    if not _pg(f'CREATE DATABASE "{name}"'):
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not reachable")
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    yield {**env, "AICENTER_DATABASE_URL": f"{base}/{name}"}
+    _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _login(url: str) -> dict[str, str]:
+    response = httpx.post(f"{url}/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD})
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def _wait(what: str, check: Any, server: Server) -> Any:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}:\n{server._log()}")
+        time.sleep(0.25)
+
+
+def test_kill_9_with_running_jobs_loses_and_duplicates_nothing(tmp_path: Path, server_env: dict[str, str]) -> None:
+    marks = tmp_path / "marks.txt"
+    home = tmp_path / "home"
+    server = Server(home, env=server_env).start()
+    try:
+        headers = _login(server.url)
+        ids = []
+        for i in range(JOBS):
+            seconds = 3 + i % 6
+            code = (
+                f"import os, time; time.sleep({seconds}); "
+                f"open({str(marks)!r}, 'a').write(os.environ['AICENTER_JOB_ID'] + chr(10))"
+            )
+            spec = {
+                "name": f"sleep-{i}",
+                "tasks": [
+                    {
+                        "name": "worker",
+                        "resources": {"cpu": "50m", "memory": "128Mi"},
+                        "command": [sys.executable, "-c", code],
+                    }
+                ],
+            }
+            response = httpx.post(f"{server.url}/api/v1/jobs", json={"spec": spec}, headers=headers, timeout=30)
+            assert response.status_code == 201, response.text
+            ids.append(response.json()["id"])
+
+        def running() -> bool:
+            # Kill while some run: the rest are at every other stage (queued, scheduled, starting, done).
+            statuses = [
+                httpx.get(f"{server.url}/api/v1/jobs/{i}", headers=headers, timeout=10).json()["status"] for i in ids
+            ]
+            return statuses.count("running") >= 5
+
+        _wait("the jobs to run", running, server)
+    finally:
+        assert server.proc is not None
+        server.proc.kill()  # kill -9: no shutdown, no lease released, no status written
+        server.proc.wait(timeout=30)
+        server.proc = None
+
+    restarted = Server(home, env=server_env).start()
+    try:
+        headers = _login(restarted.url)
+
+        def finished() -> dict[int, str] | None:
+            statuses = {
+                i: httpx.get(f"{restarted.url}/api/v1/jobs/{i}", headers=headers, timeout=10).json()["status"]
+                for i in ids
+            }
+            return statuses if all(s in ("succeeded", "failed", "stopped") for s in statuses.values()) else None
+
+        statuses = _wait("every job to finish after the restart", finished, restarted)
+        assert set(statuses.values()) == {"succeeded"}, statuses
+        counts = Counter(int(line) for line in marks.read_text().split())
+        assert counts == Counter(ids), f"each job must run exactly once: {counts}"
+        for job_id in ids:
+            detail = httpx.get(f"{restarted.url}/api/v1/jobs/{job_id}", headers=headers, timeout=10).json()
+            [replica] = detail["replicas"]
+            assert (replica["attempt"], replica["status"]) == (0, "succeeded")
+            assert replica["started_at"] is not None
+            assert replica["finished_at"] is not None
+    finally:
+        restarted.stop()

@@ -1,0 +1,157 @@
+"""The job reconciler with the scheduling controller on the real local executor, on SQLite and PostgreSQL:
+launch, watch, success with an output model and lineage, failure with the exit code, stop, adoption."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from aicenter.config import Settings
+from aicenter.db.engine import Database
+from aicenter.db.models import CatalogItem, CatalogVersion
+from aicenter.services import jobs
+from aicenter.services.context import Actor
+from tests.factories import make_user
+from tests.integration.controllers.jobs_helpers import (
+    controllers,
+    handle,
+    job_row,
+    job_spec,
+    register_node,
+    replicas,
+    status_is,
+    statuses,
+    submit,
+    tick_until,
+)
+
+PY = sys.executable
+
+
+@pytest.fixture
+async def alice(db: Database, client: httpx.AsyncClient) -> Actor:
+    login = await make_user(db, client, "alice")
+    await register_node(db)
+    return Actor(login.user_id, "alice")
+
+
+async def test_job_runs_succeeds_and_saves_its_output_model(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    code = (
+        "import os; open(os.environ['AICENTER_OUTPUT_DIR'] + '/model.txt', 'w').write('w=1'); "
+        "print('hi', os.environ['AICENTER_RESTART_COUNT'])"
+    )
+    command = [PY, "-c", code]
+    job_id = await submit(db, alice, job_spec("ok", command, output_model="tiny"))
+    scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
+
+    job = await job_row(db, job_id)
+    assert job.status == "succeeded", job.message
+    history = await statuses(db, job_id)
+    # A command that ends before a pass sees it running goes starting -> succeeded directly.
+    assert history in (
+        ["pending", "queued", "scheduled", "starting", "running", "succeeded"],
+        ["pending", "queued", "scheduled", "starting", "succeeded"],
+    )
+    [replica] = await replicas(db, job_id)
+    assert (replica.status, replica.exit_code, replica.node_name) == ("succeeded", 0, "jobs-test-node")
+    assert replica.started_at is not None
+    assert replica.finished_at is not None
+    assert replica.finished_at >= replica.started_at
+    assert replica.billing_weight == 1.0
+    log = (Path(handle(replica)["run_dir"]) / "output.log").read_text()
+    assert log.endswith("hi 0\n")
+
+    # The output became a version of alice's model "tiny", with lineage.
+    assert job.output_model_version_id is not None
+    async with db.read() as session:
+        version = await session.get(CatalogVersion, job.output_model_version_id)
+        assert version is not None
+        item = await session.get(CatalogItem, version.item_id)
+    assert item is not None
+    assert (item.kind, item.name, item.owner_id) == ("model", "tiny", alice.user_id)
+    assert version.meta["lineage"] == {"job_id": job_id, "algorithm_version_id": None, "dataset_version_ids": []}
+    assert version.file_count == 1
+
+    # Idempotent: nothing more happens on later ticks (the finished job is not claimed).
+    await scheduler.tick()
+    await reconciler.tick()
+    assert len(await replicas(db, job_id)) == 1
+
+
+async def test_failing_job_fails_with_its_exit_code(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    job_id = await submit(db, alice, job_spec("bad", "exit 3", replicas=2))
+    scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
+    job = await job_row(db, job_id)
+    assert (job.status, job.failure_reason, job.exit_code) == ("failed", "error", 3)
+    assert "exited with code 3" in job.message
+    assert {r.status for r in await replicas(db, job_id)} <= {"failed", "stopped"}
+
+
+async def test_retry_restarts_the_gang_with_the_next_attempt(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    # Fails on the first attempt, succeeds on the second: AICENTER_RESTART_COUNT tells them apart.
+    command = 'test "$AICENTER_RESTART_COUNT" = 1 || exit 7'
+    spec = job_spec("retry", command, retry={"max_restarts": 2, "on": ["error"]})
+    job_id = await submit(db, alice, spec)
+    scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
+    job = await job_row(db, job_id)
+    assert (job.status, job.restart_count, job.counted_restarts) == ("succeeded", 1, 1)
+    assert "restarting" in await statuses(db, job_id)
+    rows = await replicas(db, job_id)
+    assert [(r.attempt, r.status, r.exit_code) for r in rows] == [(0, "failed", 7), (1, "succeeded", 0)]
+    assert handle(rows[0])["run_dir"] != handle(rows[1])["run_dir"]
+
+
+async def test_stop_request_stops_a_running_job(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    job_id = await submit(db, alice, job_spec("long", "sleep 60"))
+    scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "running"), "the job to run")
+    async with db.write() as session:
+        await jobs.stop_job(session, alice, job_id)
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "stopped"), "the job to stop")
+    job = await job_row(db, job_id)
+    assert job.failure_reason == "stopped"
+    [replica] = await replicas(db, job_id)
+    assert (replica.status, replica.reason) == ("stopped", "stopped")
+    assert replica.finished_at is not None
+
+
+async def test_a_restarted_reconciler_adopts_an_intent_instead_of_launching_twice(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    job_id = await submit(db, alice, job_spec("once", f"echo run >> {marks}; sleep 1"))
+    scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
+    await scheduler.tick()
+    # A reconciler that "crashes" right after its intent committed: launch_pending never ran.
+    from aicenter.controllers import jobs_pass
+
+    original = jobs_pass.JobPass.launch_pending
+
+    async def crash(self: jobs_pass.JobPass, loaded: jobs_pass.Loaded) -> None:
+        raise RuntimeError("crash after the intent")
+
+    jobs_pass.JobPass.launch_pending = crash  # type: ignore[method-assign]
+    try:
+        await reconciler.tick()
+    finally:
+        jobs_pass.JobPass.launch_pending = original  # type: ignore[method-assign]
+    [replica] = await replicas(db, job_id)
+    assert (replica.status, handle(replica)["pid"]) == ("starting", 0)
+    await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
+    assert (await job_row(db, job_id)).status == "succeeded"
+    assert marks.read_text() == "run\n"

@@ -1,0 +1,95 @@
+"""Two real server processes (`aicenter up` on two ports) on one PostgreSQL database, controllers enabled:
+every replica is launched exactly once. Each job appends its id to a shared file; the file is counted."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ADMIN_PASSWORD, Server
+from tests.e2e.test_jobs_restart import PG_ADMIN_DSN, _pg
+
+pytestmark = pytest.mark.slow
+
+JOBS = 10
+DEADLINE_S = 180.0
+
+
+@pytest.fixture
+def shared_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """One PostgreSQL database, jobs directory and store for both servers; both reconcile every 0.2 s."""
+    name = f"aicenter_two_{uuid.uuid4().hex[:10]}"
+    if not _pg(f'CREATE DATABASE "{name}"'):
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not reachable")
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    yield {
+        "AICENTER_DATABASE_URL": f"{base}/{name}",
+        "AICENTER_JOBS_DIR": str(tmp_path / "jobs"),
+        "AICENTER_STORE_ROOT": str(tmp_path / "store"),
+        "AICENTER_RECONCILE_INTERVAL_S": "0.2",
+        "AICENTER_SCHEDULE_INTERVAL_S": "0.2",
+    }
+    _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _headers(url: str) -> dict[str, str]:
+    response = httpx.post(f"{url}/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD})
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def test_two_servers_launch_every_replica_exactly_once(tmp_path: Path, shared_env: dict[str, str]) -> None:
+    marks = tmp_path / "marks.txt"
+    first = Server(tmp_path / "home-a", env=shared_env).start()
+    second = Server(tmp_path / "home-b", env=shared_env).start()
+    try:
+        servers = [(first.url, _headers(first.url)), (second.url, _headers(second.url))]
+        ids = []
+        for i in range(JOBS):
+            url, headers = servers[i % 2]
+            code = f"import os; open({str(marks)!r}, 'a').write(os.environ['AICENTER_JOB_ID'] + chr(10))"
+            spec = {
+                "name": f"once-{i}",
+                "tasks": [
+                    {
+                        "name": "worker",
+                        "replicas": 2,
+                        "resources": {"cpu": "50m", "memory": "128Mi"},
+                        "command": [sys.executable, "-c", code],
+                    }
+                ],
+            }
+            response = httpx.post(f"{url}/api/v1/jobs", json={"spec": spec}, headers=headers, timeout=30)
+            assert response.status_code == 201, response.text
+            ids.append(response.json()["id"])
+
+        url, headers = servers[0]
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            statuses = {i: httpx.get(f"{url}/api/v1/jobs/{i}", headers=headers, timeout=10).json() for i in ids}
+            if all(j["status"] in ("succeeded", "failed", "stopped") for j in statuses.values()):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out: {[j['status'] for j in statuses.values()]}")
+            time.sleep(0.25)
+        assert {j["status"] for j in statuses.values()} == {"succeeded"}
+        counts = Counter(int(line) for line in marks.read_text().split())
+        assert counts == Counter(dict.fromkeys(ids, 2)), "every replica runs exactly once"  # 2 replicas per job
+        for job in statuses.values():
+            detail = httpx.get(f"{url}/api/v1/jobs/{job['id']}", headers=headers, timeout=10).json()
+            assert [(r["attempt"], r["status"]) for r in detail["replicas"]] == [(0, "succeeded")] * 2
+            assert [e["to_status"] for e in detail["events"]].count("starting") == 1
+    finally:
+        for server in (first, second):
+            if server.proc is not None:
+                server.stop()
