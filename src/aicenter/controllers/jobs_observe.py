@@ -53,18 +53,16 @@ def outcome(obs: Observed, *, now: datetime, stopped_for: FailureReason = Failur
 
 
 def stop_reason(job: Job) -> FailureReason | None:
-    """Why the job must stop now: a person's stop (``stopped``/``stopped_by_admin``), a preemption (a stop
-    request by nobody with reason ``preempted``, written by the scheduling controller), or None."""
-    requested = requested_stop_reason(job)
-    if requested is not None:
-        return requested
+    """Why the job must stop now: a preemption (a stop request by nobody with reason ``preempted``, written by
+    the scheduling controller), a person's stop (``stopped``/``stopped_by_admin``), or None."""
     if job.stop_requested_at is None:
         return None
-    if job.failure_reason == FailureReason.PREEMPTED.value:
-        return FailureReason.PREEMPTED
-    if job.failure_reason == FailureReason.ARREARS.value:
-        return FailureReason.ARREARS
-    return FailureReason.STOPPED
+    if job.stop_requested_by is None and job.failure_reason in (
+        FailureReason.PREEMPTED.value,
+        FailureReason.ARREARS.value,
+    ):
+        return FailureReason(job.failure_reason)
+    return requested_stop_reason(job) or FailureReason.STOPPED
 
 
 def handle_of(replica: Replica) -> ReplicaHandle | None:

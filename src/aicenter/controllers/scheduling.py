@@ -276,15 +276,8 @@ class SchedulingController(WakeableController):
             dataset_ids = {int(v) for job, _, _ in rows for v in job.dataset_version_ids or []}
             sizes: dict[int, int] = {}
             if dataset_ids:
-                sizes = dict(
-                    (
-                        await session.execute(
-                            select(CatalogVersion.id, CatalogVersion.size_bytes).where(
-                                CatalogVersion.id.in_(dataset_ids)
-                            )
-                        )
-                    )
-                )
+                stmt = select(CatalogVersion.id, CatalogVersion.size_bytes).where(CatalogVersion.id.in_(dataset_ids))
+                sizes = {int(i): int(n) for i, n in await session.execute(stmt)}
             for job, workspace, username in rows:
                 current = sorted(
                     (r for r in replicas[job.id] if r.attempt == job.restart_count), key=lambda r: (r.task, r.index)

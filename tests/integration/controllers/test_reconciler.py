@@ -3,6 +3,8 @@ launch, watch, success with an output model and lineage, failure with the exit c
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from aicenter.config import Settings
+from aicenter.core.catalog import ItemKind
 from aicenter.db.engine import Database
 from aicenter.db.models import CatalogItem, CatalogVersion
 from aicenter.services import jobs
@@ -155,3 +158,81 @@ async def test_a_restarted_reconciler_adopts_an_intent_instead_of_launching_twic
     await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
     assert (await job_row(db, job_id)).status == "succeeded"
     assert marks.read_text() == "run\n"
+
+
+@pytest.mark.slow
+async def test_ddp_job_resumes_from_its_checkpoint_after_a_replica_is_killed(
+    app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    from tests.integration.executors.test_ddp import TRAIN
+    from tests.integration.services.catalog_helpers import entries, new_item, new_version
+
+    store = app.state.ctx.store
+    algorithm = await new_item(db, alice, "ddp", kind=ItemKind.ALGORITHM)
+    code = await new_version(
+        db, alice, algorithm.id, entries(store, {"train.py": TRAIN.encode()}), kind=ItemKind.ALGORITHM
+    )
+    dataset = await new_item(db, alice, "toy")
+    data = await new_version(db, alice, dataset.id, entries(store, {"README": b"toy data\n"}))
+    spec = {
+        "name": "ddp",
+        "framework": "pytorch",
+        "algorithm": "ddp:1",
+        "datasets": ["toy:1"],
+        "tasks": [
+            {
+                "name": "worker",
+                "replicas": 2,
+                "resources": {"cpu": "1", "memory": "2Gi"},
+                "command": "python train.py && test -f $AICENTER_DATA_DIR/toy/README",
+            }
+        ],
+        "env": {"CHECKPOINT_EVERY": "5", "HOLD_AT": "10", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+        "retry": {"max_restarts": 2, "on": ["error"]},
+        "output_model": "ddp-model",
+    }
+    job_id = await submit(db, alice, spec)
+    scheduler, reconciler = controllers(db, store, settings, tmp_path / "jobs")
+
+    async def holding() -> bool:
+        rows = [r for r in await replicas(db, job_id) if r.attempt == 0 and r.handle and r.handle["pid"]]
+        logs = [(Path(handle(r)["run_dir"]) / "output.log") for r in rows]
+        return len(rows) == 2 and all(p.exists() and "holding at step 10" in p.read_text() for p in logs)
+
+    await tick_until(scheduler, reconciler, holding, "both ranks to hold at step 10", deadline_s=300)
+    checkpoints = tmp_path / "jobs" / str(job_id) / "checkpoints"
+    assert (checkpoints / "step-00010.pt").is_file()
+    victim = next(r for r in await replicas(db, job_id) if r.index == 1)
+    os.kill(int(handle(victim)["extra"]["child_pid"]), signal.SIGKILL)
+
+    await tick_until(
+        scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end", deadline_s=300
+    )
+    job = await job_row(db, job_id)
+    assert job.status == "succeeded", job.message
+    assert (job.restart_count, job.counted_restarts) == (1, 1)
+    history = await statuses(db, job_id)
+    assert history[history.index("running") + 1 :][:3] == ["restarting", "queued", "scheduled"]
+    rows = await replicas(db, job_id)
+    assert [(r.attempt, r.index, r.status) for r in rows] == [
+        (0, 0, "stopped"),
+        (0, 1, "failed"),
+        (1, 0, "succeeded"),
+        (1, 1, "succeeded"),
+    ]
+    assert rows[1].exit_code == -9
+    for rank, row in enumerate(rows[2:]):
+        log = (Path(handle(row)["run_dir"]) / "output.log").read_text()
+        assert f"rank {rank} resumed from step 10" in log
+    # The trained model, with its lineage.
+    assert job.output_model_version_id is not None
+    async with db.read() as session:
+        version = await session.get(CatalogVersion, job.output_model_version_id)
+    assert version is not None
+    assert version.meta["lineage"] == {
+        "job_id": job_id,
+        "algorithm_version_id": code.id,
+        "dataset_version_ids": [data.id],
+    }
+    assert version.file_count == 2  # rank0.json, rank1.json

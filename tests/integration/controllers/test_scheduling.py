@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from aicenter.config import Settings
 from aicenter.controllers.scheduling import SchedulingController
 from aicenter.db.engine import Database
+from aicenter.services import jobs
 from aicenter.services.context import Actor
 from tests.factories import make_user
 from tests.integration.controllers.jobs_helpers import (
@@ -85,10 +86,6 @@ async def test_preemption_stops_the_victim_gracefully_and_requeues_it(
     urgent = await submit(db, alice, job_spec("urgent", "true", cpu="6", priority="urgent"))
     await tick_until(scheduler, reconciler, status_is(db, urgent, "succeeded"), "the urgent job to run")
     history = await statuses(db, victim)
-    from sqlalchemy import select as _s
-    from aicenter.db.models import JobEvent as _E
-    async with db.read() as _ses:
-        print([(e.to_status, e.actor_name, e.reason, e.message) for e in (await _ses.scalars(_s(_E).where(_E.job_id == victim))).all()])
     assert history[:7] == ["pending", "queued", "scheduled", "starting", "running", "preempted", "queued"]
     assert (tmp_path / "ckpt").read_text() == "checkpoint\n"
     job = await job_row(db, victim)
@@ -98,7 +95,5 @@ async def test_preemption_stops_the_victim_gracefully_and_requeues_it(
     # It comes back once the urgent job is done, as attempt 1.
     await tick_until(scheduler, reconciler, status_is(db, victim, "running"), "the victim to run again")
     async with db.write() as session:
-        from aicenter.services import jobs
-
         await jobs.stop_job(session, alice, victim)
     await tick_until(scheduler, reconciler, status_is(db, victim, "stopped"), "the victim to stop")

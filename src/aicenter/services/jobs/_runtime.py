@@ -104,15 +104,12 @@ async def load_content(
     datasets: dict[str, list[FileEntry]] = {}
     ids = [int(i) for i in dataset_version_ids]
     if ids:
-        names = dict(
-            (
-                await session.execute(
-                    select(CatalogVersion.id, CatalogItem.name)
-                    .join(CatalogItem, CatalogItem.id == CatalogVersion.item_id)
-                    .where(CatalogVersion.id.in_(ids))
-                )
-            )
+        stmt = (
+            select(CatalogVersion.id, CatalogItem.name)
+            .join(CatalogItem, CatalogItem.id == CatalogVersion.item_id)
+            .where(CatalogVersion.id.in_(ids))
         )
+        names = {int(v): str(n) for v, n in await session.execute(stmt)}
         file_rows = await session.execute(
             select(VersionFile.version_id, VersionFile.path, VersionFile.sha256, VersionFile.mode).where(
                 VersionFile.version_id.in_(ids)
