@@ -6,17 +6,13 @@ imports the server lazily and the CLI's other modules keep the SDK, rich and yam
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import threading
-from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvicorn
 
 from aicenter.cli.common import CliError
 
@@ -25,35 +21,6 @@ if TYPE_CHECKING:
 
     from aicenter.config import Settings
     from aicenter.services.bootstrap import BootstrapResult
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, minus re-raising SIGINT/SIGTERM after a graceful shutdown.
-
-    uvicorn re-raises the signal it caught once it has shut down, so that the default handler "exits the expected
-    way": a KeyboardInterrupt traceback for Ctrl-C and death by SIGTERM (exit status -15) for a service manager.
-    A clean shutdown here exits 0 instead.
-    """
-
-    announce: str | None = None  # printed once the socket listens
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started and self.announce and not self.should_exit:
-            print(self.announce, flush=True)
 
 
 def _announce_admin(result: BootstrapResult) -> None:
@@ -158,8 +125,11 @@ def up(
         "server_header": False,
     }
 
+    import uvicorn  # here, not at the top: ~200 ms that every other CLI command would pay
+
     if workers == 1:
         from aicenter.app import create_app
+        from aicenter.cli._server import Server as _Server
 
         server = _Server(uvicorn.Config(create_app(settings, on_bootstrap=_announce_admin), **common))
         server.announce = ready

@@ -47,7 +47,7 @@ from aicenter.db.models import Job, Node, Replica
 from aicenter.executors.base import Executor, LaunchFailed, ReplicaHandle, ReplicaPlan
 from aicenter.runtime.env import ports_needed
 from aicenter.services.context import Actor
-from aicenter.services.jobs import transition
+from aicenter.services.jobs import issue_job_token, transition
 from aicenter.services.jobs._runtime import (
     ImageNotReady,
     PlannedReplica,
@@ -79,6 +79,16 @@ class Loaded:
     spec: JobSpec
 
 
+@dataclass
+class Prepared:
+    """What a launch needs besides the rows, when the caller has it already (``start``): saves two reads and
+    a write per job (the token is issued in the intent's transaction)."""
+
+    python: Path
+    nodes: dict[str, Node]
+    token: str
+
+
 class JobPass:
     """Drives one job one step (or a few) toward its goal. Created per job per tick."""
 
@@ -87,6 +97,7 @@ class JobPass:
         self.db = owner.db
         self.job_id = job_id
         self.token = token
+        self.released = False  # the lease was given back by the pass's last write (the caller need not)
 
     # -- reading and guarded writing ----------------------------------------------------------------------------
 
@@ -105,14 +116,20 @@ class JobPass:
         return Loaded(job, list(rows), parse_job_spec(job.spec))
 
     @asynccontextmanager
-    async def guarded(self) -> AsyncIterator[tuple[AsyncSession, Job]]:
-        """A write transaction in which we still hold the job's lease (it is renewed first), with the job row."""
+    async def guarded(self, *, release: bool = False) -> AsyncIterator[tuple[AsyncSession, Job]]:
+        """A write transaction in which we still hold the job's lease (it is renewed first), with the job row.
+
+        ``release``: the pass ends with this write, which gives the lease back too (one transaction, not two).
+        """
         async with self.db.write() as session:
             if not await renew_row(session, Job, Job.id == self.job_id, token=self.token, ttl_s=self.r.lease_ttl_s):
                 raise LeaseLost
             job = await session.get(Job, self.job_id, populate_existing=True)
             assert job is not None
             yield session, job
+            if release:
+                job.lock_owner = job.lock_token = job.lock_expires_at = None
+        self.released = release
 
     async def _rows(self, session: AsyncSession, job: Job) -> dict[int, Replica]:
         rows = await session.scalars(
@@ -149,7 +166,7 @@ class JobPass:
         try:
             async with self.db.read() as session:
                 content = await load_content(session, job.algorithm_version_id, list(job.dataset_version_ids or []))
-                await python_bin(session, self.r.store, spec.image, job.image_version_id)
+                python = await python_bin(session, self.r.store, spec.image, job.image_version_id)
                 nodes = await self._nodes(session, replicas)
             await materialize(self.r.store, dirs, content)
             ports: dict[int, list[int]] = {}
@@ -163,7 +180,7 @@ class JobPass:
             if fresh.status != JobStatus.SCHEDULED.value or stop_reason(fresh) is not None:
                 return  # changed meanwhile; the next pass decides
             rows = await self._rows(session, fresh)
-            for r in rows.values():
+            for r in sorted(rows.values(), key=lambda r: (r.task, r.index)):
                 node = nodes.get(r.node_name or "")
                 handle = ReplicaHandle(
                     executor=node.executor if node else "local",
@@ -176,8 +193,11 @@ class JobPass:
                 r.ports = ports.get(r.id, [])
                 r.handle = handle.to_dict()
             await transition(session, fresh, JobStatus.STARTING, actor=RECONCILER_ACTOR, reason="starting")
-        loaded = await self.load() or loaded
-        await self.launch_pending(loaded)
+            # AICENTER_TOKEN of this launch (_tokens.py), in the intent's transaction: it holds the lease.
+            token = await issue_job_token(session, fresh)
+        # The rows as just committed (the session does not expire them): no read back.
+        loaded = Loaded(fresh, sorted(rows.values(), key=lambda r: (r.task, r.index)), spec)
+        await self.launch_pending(loaded, Prepared(python, nodes, token), release=True)
 
     async def _nodes(self, session: AsyncSession, replicas: Sequence[Replica]) -> dict[str, Node]:
         names = {r.node_name for r in replicas if r.node_name}
@@ -199,12 +219,17 @@ class JobPass:
             raise LaunchFailed(f"no {handle.executor!r} executor on this server")
         return executor
 
-    async def plans(self, loaded: Loaded) -> dict[int, ReplicaPlan]:
+    async def plans(self, loaded: Loaded, prepared: Prepared | None = None) -> dict[int, ReplicaPlan]:
         """The plan of every replica of the current attempt, rebuilt from its rows (see ``build_plans``)."""
         job, replicas, spec = loaded.job, loaded.replicas, loaded.spec
-        async with self.db.read() as session:
-            python = await python_bin(session, self.r.store, spec.image, job.image_version_id)
-            nodes = await self._nodes(session, replicas)
+        if prepared is None:
+            async with self.db.read() as session:
+                python = await python_bin(session, self.r.store, spec.image, job.image_version_id)
+                nodes = await self._nodes(session, replicas)
+            async with self.guarded() as (session, fresh):  # AICENTER_TOKEN: a new one per launch (_tokens.py)
+                token = await issue_job_token(session, fresh)
+        else:
+            python, nodes, token = prepared.python, prepared.nodes, prepared.token
         node_names = [r.node_name or "" for r in replicas]
         planned = []
         for r in replicas:
@@ -233,17 +258,21 @@ class JobPass:
             job_dirs(self.r.settings.jobs_path, job.id),
             python=python,
             api_url=self.r.settings.api_url,
+            token=token,
         )
         by_key = {(p.task, p.replica): p for p in plans}
         return {r.id: by_key[(r.task, r.index)] for r in replicas}
 
-    async def launch_pending(self, loaded: Loaded) -> None:
-        """Launch (or adopt) every replica whose intent is recorded and whose handle is not stored yet."""
+    async def launch_pending(self, loaded: Loaded, prepared: Prepared | None = None, *, release: bool = False) -> None:
+        """Launch (or adopt) every replica whose intent is recorded and whose handle is not stored yet.
+
+        ``release``: this is the pass's last step; the write that stores the handles gives the lease back.
+        """
         todo = [r for r in loaded.replicas if r.status == RowStatus.STARTING.value and not launched(r)]
         if not todo:
             return
         try:
-            plans = await self.plans(loaded)
+            plans = await self.plans(loaded, prepared)
         except (ImageNotReady, ValueError, KeyError) as exc:
             await self.fail_launch(loaded, f"could not plan the replicas: {exc}")
             return
@@ -258,7 +287,7 @@ class JobPass:
 
         results = await asyncio.gather(*(one(r) for r in todo))
         now = utcnow()
-        async with self.guarded() as (session, job):
+        async with self.guarded(release=release) as (session, job):
             rows = await self._rows(session, job)
             for replica_id, handle, error in results:
                 row = rows.get(replica_id)

@@ -1,8 +1,9 @@
 """The job reconciler: launches, watches, restarts and stops the replicas of jobs through the executors.
 
-Every replica runs it. A tick walks the jobs that need work in id order, a batch at a time: it leases a batch
-(``claim_rows``: ``SKIP LOCKED`` on PostgreSQL, so two replicas never take the same job), drives each job one
-step in a ``JobPass`` (controllers/jobs_pass.py) with the lease renewed in the background, and releases it.
+Every replica runs it. A tick walks the jobs that need work in id order, ``scheduled`` ones first (their launch
+is the latency users see), with up to ``batch`` passes at once: it leases jobs (``claim_rows``: ``SKIP LOCKED``
+on PostgreSQL, so two replicas never take the same job), drives each one step in a ``JobPass``
+(controllers/jobs_pass.py) with the lease renewed in the background, releases it, and leases more as passes end.
 Jobs that need work: ``scheduled``, ``starting``, ``running``, ``restarting``, ``preempted``, and pending or
 queued jobs with a stop request.
 
@@ -27,10 +28,11 @@ from aicenter.controllers.jobs_common import WakeableController
 from aicenter.controllers.jobs_pass import JobPass, LeaseLost
 from aicenter.controllers.store_gc import replica_name
 from aicenter.core.catalog import ItemKind
+from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, NotFound
 from aicenter.core.jobs import JobStatus
 from aicenter.db.engine import Database
-from aicenter.db.leases import claim_rows, release_row, renew_row
+from aicenter.db.leases import claim_rows, is_free, release_row, renew_row
 from aicenter.db.models import CatalogItem, CatalogVersion, Job, User
 from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor
@@ -66,7 +68,7 @@ class JobReconciler(WakeableController):
         settings: ``jobs_path``, ``reconcile_interval_s``, ``stop_grace_s`` and ``api_url`` are read.
         executors: Executors by name (``local``, ...); default: this host's local executor.
         owner: The lease owner name (default ``host:pid``).
-        batch: Jobs leased and driven concurrently at a time.
+        batch: Jobs driven concurrently at most (each pass holds its job's lease).
         lease_ttl_s: How long a job's lease lasts without renewal (renewed every third of it while working).
     """
 
@@ -94,31 +96,65 @@ class JobReconciler(WakeableController):
         self.lease_ttl_s = lease_ttl_s
 
     async def tick(self) -> None:
+        # Launches first: a scheduled job waits for nothing but this, and its start is the latency users see;
+        # watching running jobs and noticing exits can wait for the second sweep.
+        await self._sweep(Job.status == JobStatus.SCHEDULED.value)
+        await self._sweep(needs_work())
+
+    async def _sweep(self, which: ColumnElement[bool]) -> None:
+        """Drive every free job matching ``which``, in id order, at most ``batch`` passes at a time.
+
+        A pool, not batches: a claim tops the running passes up as they finish, so one slow pass (a stop that
+        waits its grace, 30 s by default) does not hold back the launches queued behind it.
+        """
+        if not await self._any_free(which):
+            return
         after = 0
-        while not self._stopping.is_set():
-            async with self.db.write() as session:
-                rows = await claim_rows(
-                    session,
-                    Job,
-                    Job.id > after,
-                    needs_work(),
-                    owner=self.owner,
-                    ttl_s=self.lease_ttl_s,
-                    limit=self.batch,
-                    order_by=Job.id,
-                )
-                claims = [(row.id, row.lock_token or "") for row in rows]
-            if not claims:
-                return
-            after = claims[-1][0]
-            await asyncio.gather(*(self._drive(job_id, token) for job_id, token in claims))
-            if len(claims) < self.batch:
-                return
+        exhausted = False
+        passes: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stopping.is_set():
+                free = self.batch - len(passes)
+                # Top up once a quarter of the slots is free: a claim is a write transaction, one per job
+                # finishing would contend with the API for the database.
+                if not exhausted and (free >= max(1, self.batch // 4) or not passes):
+                    claims = await self._claim(which, after, free)
+                    if claims:
+                        after = claims[-1][0]
+                        passes.update(asyncio.create_task(self._drive(i, t)) for i, t in claims)
+                    exhausted = len(claims) < free
+                if not passes:
+                    return
+                _, passes = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if passes:  # stopping: let the passes end (each releases its lease)
+                await asyncio.gather(*passes, return_exceptions=True)
+
+    async def _any_free(self, which: ColumnElement[bool]) -> bool:
+        """A read before the claim: a tick with nothing to do (every submit wakes it) takes no write lock."""
+        async with self.db.read() as session:
+            found = await session.scalar(select(Job.id).where(is_free(Job, utcnow()), which).limit(1))
+        return found is not None
+
+    async def _claim(self, which: ColumnElement[bool], after: int, limit: int) -> list[tuple[int, str]]:
+        async with self.db.write() as session:
+            rows = await claim_rows(
+                session,
+                Job,
+                Job.id > after,
+                which,
+                owner=self.owner,
+                ttl_s=self.lease_ttl_s,
+                limit=limit,
+                order_by=Job.id,
+            )
+            return [(row.id, row.lock_token or "") for row in rows]
 
     async def _drive(self, job_id: int, token: str) -> None:
         keeper = asyncio.create_task(self._keep(job_id, token))
+        job_pass = JobPass(self, job_id, token)
         try:
-            await JobPass(self, job_id, token).run()
+            await job_pass.run()
         except LeaseLost:
             log.info("job %s: lease lost to another reconciler; its pass is dropped", job_id)
         except Exception:
@@ -127,11 +163,12 @@ class JobReconciler(WakeableController):
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-            try:
-                async with self.db.write() as session:
-                    await release_row(session, Job, Job.id == job_id, token=token)
-            except Exception:  # the lease then expires by itself
-                log.warning("job %s: could not release its lease", job_id, exc_info=True)
+            if not job_pass.released:  # a launch releases the lease in its last write already
+                try:
+                    async with self.db.write() as session:
+                        await release_row(session, Job, Job.id == job_id, token=token)
+                except Exception:  # the lease then expires by itself
+                    log.warning("job %s: could not release its lease", job_id, exc_info=True)
 
     async def _keep(self, job_id: int, token: str) -> None:
         """Renew the job's lease every third of its lifetime while a pass works (a stop waits the grace)."""

@@ -11,7 +11,8 @@ A run directory belongs to one replica attempt:
 - ``launcher.lock``: held (flock) by the launcher while it lives, so a run directory never has two.
 - ``metrics.jsonl``: what ``aicenter.runtime.report`` appended.
 
-This module is imported by the launcher inside the job's host, so it stays small and free of server imports.
+This module is imported by the launcher inside the job's host, so it stays small and free of server imports
+(and of ``tempfile`` and ``dataclasses``, whose imports cost the launcher's start-up ~4 and ~8 ms).
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "LAUNCHER_LOG",
@@ -47,9 +46,10 @@ LOCK_FILE = "launcher.lock"
 METRICS_FILE = "metrics.jsonl"
 
 
-@dataclass(frozen=True, slots=True)
-class LauncherPlan:
+class LauncherPlan(NamedTuple):
     """What the launcher runs: the part of a ``ReplicaPlan`` that matters on the host.
+
+    A NamedTuple rather than a dataclass: ``dataclasses`` imports ``inspect`` (~8 ms of the launcher's start).
 
     Attributes:
         command: Run by ``/bin/sh -c`` in its own process group.
@@ -64,7 +64,7 @@ class LauncherPlan:
 
     command: str
     workdir: str
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # a tuple field's default, never mutated (child_env copies it)
     devices: tuple[int, ...] = ()
     cpus: tuple[int, ...] | None = None
     memory_bytes: int = 0
@@ -119,7 +119,9 @@ def write_json_atomic(path: Path, data: dict[str, Any], *, fsync: bool = True) -
     The temporary file is in the same directory (``os.replace`` is atomic only within one filesystem) and is
     fsynced first when ``fsync``: a status record must survive the host losing power right after it.
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # A unique name in the directory, created exclusively with mkstemp's mode (0600).
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)

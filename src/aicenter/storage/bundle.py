@@ -28,20 +28,21 @@ class BundleWriter:
 
     Synchronous (the caller runs ``feed`` in a worker thread, about 1 MiB at a time). A file's bytes go to a
     temporary file that ``commit`` renames into place only after the size and hash are checked, so a broken or
-    lying stream never leaves a partial file where a verified one is expected. Files listed in ``done`` (already
-    received) are read past and not written again.
+    lying stream never leaves a partial file where a verified one is expected. Files for which ``done(index)`` is
+    true (already received) are read past and not written again.
     """
 
     def __init__(
         self,
         files: Mapping[int, tuple[int, str | None]],
         *,
-        done: set[int],
+        done: Callable[[int], bool],
         tmp_path: Callable[[int], Path],
         commit: Callable[[int, str, Path], None],
     ) -> None:
         self._files = files
         self._done = done
+        self._written: set[int] = set()  # received by this bundle (a file twice in one bundle is read past)
         self._tmp_path = tmp_path
         self._commit = commit
         self.received: list[int] = []
@@ -117,7 +118,7 @@ class BundleWriter:
             )
         self._index, self._size, self._left = index, size, size
         self._hash = hashlib.sha256()
-        if index in self._done:
+        if index in self._written or self._done(index):
             return  # a resend of a received file: read past its bytes
         self._tmp = self._tmp_path(index)
         # Read-only from birth (the descriptor still writes): finalize links it into the store without a chmod.
@@ -151,5 +152,5 @@ class BundleWriter:
         self._commit(index, sha, tmp)
         self._tmp = None
         self._index = -1
-        self._done.add(index)
+        self._written.add(index)
         self.received.append(index)

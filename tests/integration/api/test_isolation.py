@@ -388,6 +388,8 @@ class BodyFactory:
     trail: list[str] = field(default_factory=list)
 
     def make(self, schema: dict[str, Any], name: str = "") -> Any:
+        if name in _OBJECT_VALUES:
+            return _OBJECT_VALUES[name](self.world)
         schema = self._resolve(schema)
         if "const" in schema:
             return schema["const"]
@@ -475,6 +477,15 @@ _STRING_VALUES: dict[str, Callable[[World], str]] = {
     "limit": lambda w: "1Gi",
     "ref": lambda w: f"#{w.version_id}",
     "path": lambda w: w.import_dir,
+}
+
+
+# Fields whose schema is too loose to synthesize a valid value from (a job spec is "an object or YAML text").
+_OBJECT_VALUES: dict[str, Callable[[World], Any]] = {
+    "spec": lambda w: {
+        "name": f"iso-{next(_names)}",
+        "tasks": [{"name": "worker", "command": "true", "resources": {"cpu": "100m", "memory": "64Mi"}}],
+    },
 }
 
 

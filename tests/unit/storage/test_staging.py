@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicenter.core.errors import HashMismatch, NotFound, UploadIncomplete, ValidationFailed
-from aicenter.storage import BlobStore, Staging, bundle_header
+from aicenter.storage import BlobStore, Staging, bundle_header, hash_file
 from tests.unit.storage.conftest import blob_names, sha, split, stream
 
 PART = 64 * 1024
@@ -261,3 +262,102 @@ def test_remove_and_upload_ids(store: BlobStore) -> None:
     staging.remove(1)
     assert staging.upload_ids() == [2, 3]
     assert staging.received(1) == {}
+
+
+class _ReadSpy:
+    """Counts whole-file re-reads by finalize (``staging.hash_file``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from aicenter.storage import staging as module
+
+        self.calls = 0
+        real = hash_file
+
+        def spy(path: Path | str) -> tuple[str, int]:
+            self.calls += 1
+            return real(path)
+
+        monkeypatch.setattr(module, "hash_file", spy)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 1, 0, 2)])
+async def test_finalize_uses_the_running_hash_instead_of_reading_the_file_again(
+    staging: Staging, store: BlobStore, monkeypatch: pytest.MonkeyPatch, order: tuple[int, ...]
+) -> None:
+    spy = _ReadSpy(monkeypatch)
+    data = os.urandom(3 * PART + 999)
+    for p in order:
+        await send_part(staging, data, 0, p)
+    assert staging.finalize(1, [(0, len(data), sha(data))], part_size=PART) == {0: sha(data)}
+    assert spy.calls == 0
+    with store.open(sha(data)) as f:
+        assert f.read() == data
+
+
+async def test_a_failed_part_taints_the_running_hash_and_finalize_reads_the_file(
+    staging: Staging, store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _ReadSpy(monkeypatch)
+    data = os.urandom(2 * PART)
+    await send_part(staging, data, 0, 0)
+    with pytest.raises(HashMismatch):  # wrote its bytes, then failed: they may differ from what was hashed
+        await staging.write_part(
+            1, 0, 1, part_size=PART, file_size=len(data), part_sha256=sha(b"x"), chunks=stream([b"\1" * PART])
+        )
+    await send_part(staging, data, 0, 1)
+    assert staging.finalize(1, [(0, len(data), sha(data))], part_size=PART) == {0: sha(data)}
+    assert spy.calls == 1
+
+
+async def test_a_part_marked_by_another_writer_meanwhile_taints_the_running_hash(
+    staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _ReadSpy(monkeypatch)
+    data = os.urandom(2 * PART)
+    await send_part(staging, data, 0, 0)
+    marker = staging.store.staging_dir / "1" / "0.1.ok"
+
+    async def racing() -> AsyncIterator[bytes]:
+        yield data[PART : PART + 100]
+        marker.touch()  # another replica received part 1 while this request was writing it
+        yield data[PART + 100 :]
+
+    await staging.write_part(
+        1, 0, 1, part_size=PART, file_size=len(data), part_sha256=sha(data[PART:]), chunks=racing()
+    )
+    assert (staging.store.staging_dir / "1" / "0.taint").exists()
+    assert staging.finalize(1, [(0, len(data), sha(data))], part_size=PART) == {0: sha(data)}
+    assert spy.calls == 1
+
+
+async def test_after_a_restart_finalize_reads_what_this_process_did_not_hash(
+    staging: Staging, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aicenter.storage import runhash
+
+    data = os.urandom(2 * PART + 1)
+    for p in range(3):
+        await send_part(staging, data, 0, p)
+    monkeypatch.setattr(runhash.RUNNING, "_entries", type(runhash.RUNNING._entries)())  # a fresh process
+    spy = _ReadSpy(monkeypatch)
+    assert staging.finalize(1, [(0, len(data), sha(data))], part_size=PART) == {0: sha(data)}
+    assert spy.calls == 1
+
+
+async def test_a_running_hash_over_other_bytes_than_declared_is_refused(staging: Staging) -> None:
+    data = os.urandom(2 * PART)
+    for p in range(2):
+        await send_part(staging, data, 0, p)
+    with pytest.raises(HashMismatch):
+        staging.finalize(1, [(0, len(data), sha(b"not it"))], part_size=PART)
+    assert staging.received(1) == {}
+    assert not (staging.store.staging_dir / "1" / "0.taint").exists()
+
+
+async def test_many_bundled_files_are_linked_in_parallel(staging: Staging, store: BlobStore) -> None:
+    files = {i: os.urandom(i % 50) + i.to_bytes(4, "big") for i in range(200)}  # above LINK_PARALLEL_MIN
+    declared = {i: (len(d), sha(d)) for i, d in files.items()}
+    assert await staging.write_bundle(1, declared, stream(split(bundle(files), 4096))) == list(range(200))
+    result = staging.finalize(1, [(i, len(d), sha(d)) for i, d in files.items()], part_size=PART)
+    assert result == {i: sha(d) for i, d in files.items()}
+    assert blob_names(store) == {sha(d) for d in files.values()}

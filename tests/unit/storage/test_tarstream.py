@@ -87,3 +87,21 @@ def test_a_short_blob_breaks_the_stream(store: BlobStore) -> None:
     entry = put(store, "a", b"abc")
     with pytest.raises(OSError, match="shorter than 10 bytes"):
         b"".join(iter_tar(store, [FileEntry("a", 10, entry.sha256)]))
+
+
+@pytest.mark.parametrize("chunk", [512, 1024, 1536, 4096])
+def test_a_header_that_exactly_fills_the_buffer(store: BlobStore, chunk: int) -> None:
+    # Regression: an empty file leaves 512 bytes in the buffer, the next header fills a 1024-byte chunk exactly, and
+    # the read after it asked for chunk - len(buf) == 0 bytes, which looked like a blob cut short.
+    entries = [put(store, "a/empty", b""), put(store, "b/data", os.urandom(3000)), put(store, "c/empty", b"")]
+    entries += [put(store, f"d/{n}", os.urandom(n)) for n in (1, 511, 512, 513, 1024)]
+    pieces = list(iter_tar(store, entries, chunk=chunk))
+    assert all(len(p) <= chunk for p in pieces)
+    raw = b"".join(pieces)
+    assert raw == b"".join(iter_tar(store, entries))
+    assert len(raw) == tar_size(entries)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tf:
+        for member, entry in zip(tf.getmembers(), entries, strict=True):
+            extracted = tf.extractfile(member)
+            assert extracted is not None
+            assert sha(extracted.read()) == entry.sha256

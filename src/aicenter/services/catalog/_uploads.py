@@ -321,7 +321,8 @@ async def bundle_target(session: AsyncSession, actor: Actor, upload_id: int) -> 
     """Authorize a bundle: the needed files it may carry (see ``Staging.write_bundle``)."""
     row = await _load_own(session, actor, upload_id)
     _check_open(row)
-    return BundleTarget(row.id, {i: (int(row.files[i][1]), row.files[i][2]) for i in row.needed})
+    files = row.files  # one attribute load: through the ORM descriptor per file it was 0.5 s per 10,000-file push
+    return BundleTarget(row.id, {i: (int(files[i][1]), files[i][2]) for i in row.needed})
 
 
 async def receive_part(store: BlobStore, target: PartTarget, part_sha256: str, chunks: AsyncIterator[bytes]) -> None:
@@ -427,8 +428,10 @@ async def _finalize(
             for i, (path, size, sha, mode) in enumerate(files)
         ]
     # Files the upload did not send are blobs the store had at start; the session's declared hashes kept them
-    # from garbage collection, but an admin's repair may have quarantined one.
-    lost = await asyncio.to_thread(touch_blobs, store, (e.sha256 for e in entries))
+    # from garbage collection, but an admin's repair may have quarantined one. Those finalize just linked in are
+    # fresh (a stat each would cost ~0.2 s per 10,000 files).
+    linked = set(hashes.values()) if archive is None else set()
+    lost = await asyncio.to_thread(touch_blobs, store, (e.sha256 for e in entries if e.sha256 not in linked))
     if lost:
         paths = sorted(e.path for e in entries if e.sha256 in lost)
         raise Conflict(

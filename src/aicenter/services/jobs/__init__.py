@@ -1,4 +1,5 @@
-"""Training jobs: submission, the one status transition function, queries, stop, templates, logs access.
+"""Training jobs: submission, the one status transition function, queries, stop, templates, logs access, and
+the API token of a job's replicas.
 
 Every status change of a job goes through ``transition`` (controllers call it too). Importing this package
 registers the jobs' quota usage and catalog "in use" hooks (``_usage.py``).
@@ -34,6 +35,7 @@ from aicenter.services.jobs._templates import (
     submit_template,
     update_template,
 )
+from aicenter.services.jobs._tokens import issue_job_token, job_token_name
 from aicenter.services.jobs._usage import register as _register_usage
 from aicenter.services.jobs._usage import replica_usage, versions_used_by_jobs
 from aicenter.services.jobs._views import JobView, TemplateView, job_views, template_views
@@ -53,6 +55,8 @@ __all__ = [
     "force_stop",
     "get_job",
     "get_template",
+    "issue_job_token",
+    "job_token_name",
     "job_views",
     "list_events",
     "list_jobs",

@@ -27,6 +27,7 @@ from aicenter.services.access import require_platform_admin, workspace_role
 from aicenter.services.context import Actor
 from aicenter.services.jobs._queries import load_job
 from aicenter.services.jobs._runtime import notify_after_commit
+from aicenter.services.jobs._tokens import revoke_job_tokens
 from aicenter.services.jobs._views import JobView, job_views
 
 SYSTEM = "system"
@@ -95,7 +96,8 @@ async def transition(
     running (both the CURRENT attempt's: a restarted job shows when its latest attempt started; the events keep
     the history), ``finished_at`` on entering a finished status; ``failure_reason`` and ``exit_code`` when
     given; ``message`` when given (the job's latest word for people); ``pending_reason`` is cleared when the job
-    leaves ``queued`` (it is the scheduler's account of a waiting job only).
+    leaves ``queued`` (it is the scheduler's account of a waiting job only). Entering a finished status also
+    revokes the job's API tokens (``_tokens.py``).
 
     Args:
         session: The caller's write session; nothing is committed here.
@@ -155,6 +157,8 @@ async def transition(
         )
     for key, value in values.items():
         set_committed_value(job, key, value)
+    if to.is_finished():  # the replicas' API token ends with the job
+        await revoke_job_tokens(session, job)
     event = _event(job, change)
     session.add(event)
     await session.flush()
@@ -189,16 +193,30 @@ def requested_stop_reason(job: Job) -> FailureReason | None:
     return FailureReason.STOPPED
 
 
+def _is_preemption(job: Job) -> bool:
+    """Whether the job's stop request is the scheduler's preemption marker (no requester, reason preempted).
+
+    A person's stop replaces it: otherwise the reconciler would carry out the preemption and requeue a job its
+    owner asked to stop.
+    """
+    return (
+        job.stop_requested_at is not None
+        and job.stop_requested_by is None
+        and job.failure_reason == FailureReason.PREEMPTED.value
+    )
+
+
 async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: FailureReason) -> JobEvent | None:
     """Record a stop request on ``job`` and end it at once if nothing of it was launched.
 
     Idempotent: asking again changes nothing, except that a force stop upgrades a user's request (the event
-    then says who stopped it last). A stop of a finished job raises ``invalid_transition``.
+    then says who stopped it last) and any stop replaces a pending preemption (the job then ends ``stopped``
+    instead of queueing again). A stop of a finished job raises ``invalid_transition``.
     """
     current = JobStatus(job.status)
     core.check_transition(current, JobStatus.STOPPED)
     now = utcnow()
-    if job.stop_requested_at is None or reason == FailureReason.STOPPED_BY_ADMIN:
+    if job.stop_requested_at is None or reason == FailureReason.STOPPED_BY_ADMIN or _is_preemption(job):
         job.stop_requested_by = actor.user_id or None
         job.stop_requested_at = now
         job.failure_reason = reason.value

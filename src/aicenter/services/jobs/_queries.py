@@ -6,12 +6,13 @@ monitoring fields: logs are job output, not catalog content). Anyone else reads 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from aicenter.core.errors import Conflict, NotFound, Unavailable, ValidationFailed
 from aicenter.core.jobs import JobKind, JobStatus, ReplicaStatus
@@ -125,9 +126,22 @@ async def list_replicas(session: AsyncSession, actor: Actor, job_id: int) -> lis
     return await _replicas(session, job.id)
 
 
+# How often a followed log looks at the job again while there is nothing to stream: a replica not launched yet,
+# or one that ended while its job may still restart it. One small read per follower per interval.
+_FOLLOW_WAIT_S = 0.5
+
+Reload = Callable[[], Awaitable["LogTarget | None"]]
+
+
 @dataclass(frozen=True)
 class LogTarget:
-    """One replica attempt whose output can be read: where, and whether more can still come."""
+    """One replica attempt whose output can be read: where, and whether more can still come.
+
+    ``finished`` is True when nothing more can come: the attempt has ended and, when the caller asked for the
+    latest attempt (``latest``), no next attempt may follow (the job has ended, or the replica succeeded while
+    its job runs on).
+    ``reload`` reads the target again in a new session, for a follower that outlives the request's session.
+    """
 
     job_id: int
     task: str
@@ -135,6 +149,8 @@ class LogTarget:
     attempt: int
     handle: ReplicaHandle
     finished: bool
+    latest: bool = False
+    reload: Reload | None = field(default=None, compare=False, repr=False)
 
 
 async def log_target(
@@ -146,7 +162,7 @@ async def log_target(
     attempt: int | None = None,
 ) -> LogTarget:
     """The replica attempt whose logs to read: ``task`` (default: the job's first task), ``replica`` (default
-    0), ``attempt`` (default: the latest launched one).
+    0), ``attempt`` (default: the latest launched one, followed across restarts by ``read_logs``).
 
     Raises:
         NotFound: No such job (for this actor), task, replica or attempt; ``details['field']`` says which.
@@ -166,23 +182,91 @@ async def log_target(
     rows = list((await session.scalars(stmt.order_by(Replica.attempt.desc()))).all())
     if not rows:
         what = f"attempt {attempt} of replica {task}-{index}" if attempt is not None else f"replica {task}-{index}"
-        field = "attempt" if attempt is not None else "replica"
-        raise NotFound(f"job {job.id} has no {what}", details={"field": field})
+        field_name = "attempt" if attempt is not None else "replica"
+        raise NotFound(f"job {job.id} has no {what}", details={"field": field_name})
     launched = [(r, r.handle) for r in rows if r.handle]
     if not launched:
         raise Conflict(f"replica {task}-{index} of job {job.id} has not been launched; no logs so far")
     row, handle = launched[0]
     finished = row.finished_at is not None or ReplicaStatus(row.status).is_finished()
-    return LogTarget(job.id, task, index, row.attempt, ReplicaHandle.from_dict(handle), finished)
+    latest = attempt is None
+    if latest and finished:
+        finished = not _next_attempt_may_come(job, row)
+    return LogTarget(
+        job.id,
+        task,
+        index,
+        row.attempt,
+        ReplicaHandle.from_dict(handle),
+        finished,
+        latest,
+        _reloader(session, actor, job.id, task, index, attempt),
+    )
+
+
+def _next_attempt_may_come(job: Job, row: Replica) -> bool:
+    """Whether the job may still run an attempt after ``row``'s (which has ended): it is already restarting or
+    queued again, or the replica failed and the reconciler has not decided yet between a restart and the end."""
+    status = JobStatus(job.status)
+    if status.is_finished():
+        return False
+    if job.restart_count > row.attempt or status not in (JobStatus.STARTING, JobStatus.RUNNING):
+        return True
+    return row.status != ReplicaStatus.SUCCEEDED.value  # a replica that succeeded is not restarted by itself
+
+
+def _reloader(
+    session: AsyncSession, actor: Actor, job_id: int, task: str, index: int, attempt: int | None
+) -> Reload | None:
+    """Read the same target again later, in a session of its own on the same engine: the request's session is
+    closed long before a followed log ends. ``None`` when the job (or the actor's access to it) is gone."""
+    if session.bind is None:
+        return None
+    sessions = async_sessionmaker(session.bind, expire_on_commit=False)
+
+    async def reload() -> LogTarget | None:
+        async with sessions() as fresh:
+            try:
+                return await log_target(fresh, actor, job_id, task, index, attempt)
+            except NotFound:
+                return None
+
+    return reload
 
 
 def read_logs(
     target: LogTarget, *, since: int = 0, follow: bool = False, root: Path | None = None
 ) -> AsyncIterator[bytes]:
-    """The replica's timestamped output from byte ``since``; with ``follow``, until the replica has ended.
+    """The replica's timestamped output from byte ``since``; with ``follow``, until nothing more can come.
 
-    Call it outside any database session: following can last as long as the job.
+    Following waits for a replica that is being launched (its handle may be recorded before its launcher runs,
+    and its log may not exist yet) and, for the latest attempt, goes on with the next attempt's log from its
+    start when the job restarts, until the job ends. Call it outside any database session: following can last
+    as long as the job.
+
+    Raises:
+        Unavailable: The replica runs on an executor whose logs this server cannot read.
     """
-    if target.handle.executor != "local":
+    if target.handle.executor != "local":  # checked now, not at the first read: the caller answers 503
         raise Unavailable(f'logs of "{target.handle.executor}" replicas cannot be read by this server')
-    return LocalExecutor(root=root, node_name=target.handle.node).logs(target.handle, since, follow=follow)
+    return _stream(target, since, follow, root)
+
+
+async def _stream(target: LogTarget, offset: int, follow: bool, root: Path | None) -> AsyncIterator[bytes]:
+    while True:
+        if target.handle.pid > 0:  # pid 0: the launch is only an intent so far; there is nothing to read
+            executor = LocalExecutor(root=root, node_name=target.handle.node)
+            # Returns when the launcher is gone, with everything it wrote read.
+            async for chunk in executor.logs(target.handle, offset, follow=follow and not target.finished):
+                offset += len(chunk)
+                yield chunk
+        if not follow or target.finished or target.reload is None:
+            return
+        fresh = await target.reload()
+        if fresh is None or fresh.handle.executor != "local":
+            return
+        if fresh.attempt != target.attempt:
+            offset = 0  # the job restarted: the next attempt has a log of its own
+        elif fresh.handle == target.handle and not fresh.finished:
+            await asyncio.sleep(_FOLLOW_WAIT_S)  # not launched yet, or ended and waiting for the reconciler
+        target = fresh
