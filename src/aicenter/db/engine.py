@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event
@@ -22,9 +20,7 @@ class Database:
     On SQLite a read-modify-write inside a deferred transaction fails with SQLITE_BUSY when another
     connection wrote meanwhile (busy_timeout does not help there), so write sessions start with
     ``BEGIN IMMEDIATE``: writers queue on the database lock instead of failing. Readers never block
-    writers under WAL. Writers of this process queue first on an asyncio lock (FIFO): SQLite's busy handler
-    retries after sleeps growing to 100 ms, so 30 writers contending for a 5 ms transaction left the database
-    idle most of the time.
+    writers under WAL.
     """
 
     def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
@@ -57,10 +53,6 @@ class Database:
         )
         self._read = async_sessionmaker(read_bind, expire_on_commit=False)
         self._write = async_sessionmaker(write_bind, expire_on_commit=False)
-        # Per event loop: an asyncio.Lock belongs to the loop it first waited in (tests run several loops).
-        self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -71,12 +63,7 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A session in one transaction: committed if the block succeeds, rolled back if it raises."""
-        async with AsyncExitStack() as stack:
-            if self.is_sqlite:
-                lock = self._write_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-                await stack.enter_async_context(lock)
-            session = await stack.enter_async_context(self._write())
-            await stack.enter_async_context(session.begin())
+        async with self._write() as session, session.begin():
             yield session
 
     async def dispose(self) -> None:
