@@ -8,7 +8,11 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
+
+pytestmark = pytest.mark.e2e
 
 
 def _login(cli: Cli, server: Server, profile: str, username: str, password: str) -> None:

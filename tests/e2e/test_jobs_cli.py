@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 
 SPEC = """\
@@ -20,6 +22,8 @@ tasks:
     command: echo placeholder
 """
 DEADLINE_S = 60.0  # generous: the machine is shared; a trivial job normally ends within seconds
+
+pytestmark = pytest.mark.e2e
 
 
 def _job(cli: Cli, job_id: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 JOBS = 20
 DEADLINE_S = 180.0

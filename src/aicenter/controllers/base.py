@@ -6,6 +6,12 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from aicenter.config import Settings
+    from aicenter.db.engine import Database
+    from aicenter.storage import BlobStore
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +46,17 @@ class Controller(ABC):
         self._stopping.set()
         if self._task is not None:
             await self._task
+
+
+class ControllerContext(Protocol):
+    """What a controller factory reads from the app's context (``aicenter.api.context.AppContext`` fits it);
+    a protocol, so that controllers do not import the API layer above them."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> BlobStore: ...

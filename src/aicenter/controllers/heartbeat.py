@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller
+from aicenter.controllers.base import Controller, ControllerContext
 from aicenter.db.engine import Database
 from aicenter.executors import HostInfo
 from aicenter.executors.local.host import detect_host
@@ -80,14 +79,6 @@ class HeartbeatController(Controller):
         self.host = host
 
 
-class _Context(Protocol):
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def build(ctx: _Context) -> HeartbeatController:
+def build(ctx: ControllerContext) -> HeartbeatController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return HeartbeatController(ctx.db, ctx.settings)

@@ -18,10 +18,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller
+from aicenter.controllers.base import Controller, ControllerContext
 from aicenter.controllers.store_gc import replica_name
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
@@ -312,17 +312,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-class _Context(Protocol):
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def store(self) -> BlobStore: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def build(ctx: _Context) -> ImageBuilder:
+def build(ctx: ControllerContext) -> ImageBuilder:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return ImageBuilder(ctx.db, ctx.store, ctx.settings)

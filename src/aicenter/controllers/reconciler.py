@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import Protocol
 
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.config import Settings
+from aicenter.controllers.base import ControllerContext
 from aicenter.controllers.jobs_common import WakeableController
 from aicenter.controllers.jobs_pass import JobPass, LeaseLost
 from aicenter.controllers.store_gc import replica_name
@@ -246,17 +246,6 @@ async def _version_of_job(session: AsyncSession, item_id: int, job_id: int) -> i
     return None
 
 
-class _Context(Protocol):
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def store(self) -> BlobStore: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def build(ctx: _Context) -> JobReconciler:
+def build(ctx: ControllerContext) -> JobReconciler:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return JobReconciler(ctx.db, ctx.store, ctx.settings)

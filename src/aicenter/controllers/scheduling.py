@@ -23,12 +23,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.config import Settings
+from aicenter.controllers.base import ControllerContext
 from aicenter.controllers.jobs_common import WakeableController
 from aicenter.controllers.jobs_snapshot import (
     DEFAULT_POOL,
@@ -426,14 +426,6 @@ def pending_jobs(controller: SchedulingController) -> list[SchedJob]:
     return list(controller.pending)
 
 
-class _Context(Protocol):
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def build(ctx: _Context) -> SchedulingController:
+def build(ctx: ControllerContext) -> SchedulingController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return SchedulingController(ctx.db, ctx.settings)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Protocol
 
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller
+from aicenter.controllers.base import Controller, ControllerContext
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.services import catalog
@@ -56,17 +55,6 @@ class StoreGcController(Controller):
         await leases.renew(self.db, lease, ttl_s=self.interval_s)
 
 
-class _Context(Protocol):
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def store(self) -> BlobStore: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-
-def build(ctx: _Context) -> StoreGcController:
+def build(ctx: ControllerContext) -> StoreGcController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return StoreGcController(ctx.db, ctx.store, ctx.settings)
