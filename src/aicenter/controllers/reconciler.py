@@ -15,7 +15,6 @@ launches into the same run dir, which adopts the running replica (``Executor.lau
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -25,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.config import Settings
 from aicenter.controllers.base import ControllerContext
 from aicenter.controllers.jobs_common import WakeableController
-from aicenter.controllers.jobs_pass import JobPass, LeaseLost
+from aicenter.controllers.jobs_pass import JobPass, LeaseLost, start_many
 from aicenter.controllers.store_gc import replica_name
 from aicenter.core.catalog import ItemKind
 from aicenter.core.clock import utcnow
@@ -97,35 +96,44 @@ class JobReconciler(WakeableController):
 
     async def tick(self) -> None:
         # Launches first: a scheduled job waits for nothing but this, and its start is the latency users see;
-        # watching running jobs and noticing exits can wait for the second sweep.
+        # watching running jobs and noticing exits can wait for the second sweep. The launches go by claimed
+        # batch (``start_many``: two write transactions per batch, not two per job), in both sweeps: jobs
+        # scheduled while the second one runs are claimed by it (their ids are higher).
         await self._sweep(Job.status == JobStatus.SCHEDULED.value)
         await self._sweep(needs_work())
 
     async def _sweep(self, which: ColumnElement[bool]) -> None:
-        """Drive every free job matching ``which``, in id order, at most ``batch`` passes at a time.
+        """Drive every free job matching ``which``, in id order, at most ``batch`` jobs at a time.
 
         A pool, not batches: a claim tops the running passes up as they finish, so one slow pass (a stop that
-        waits its grace, 30 s by default) does not hold back the launches queued behind it.
+        waits its grace, 30 s by default) does not hold back the launches queued behind it. The scheduled jobs
+        of a claim are driven as one group (``start_many``; their launches take about the same time, so a group
+        frees its slots together without holding others back); every other job has a pass of its own.
         """
         if not await self._any_free(which):
             return
         after = 0
         exhausted = False
-        passes: set[asyncio.Task[None]] = set()
+        passes: dict[asyncio.Task[None], int] = {}  # a task -> the jobs (slots) it drives
         try:
             while not self._stopping.is_set():
-                free = self.batch - len(passes)
+                free = self.batch - sum(passes.values())
                 # Top up once a quarter of the slots is free: a claim is a write transaction, one per job
                 # finishing would contend with the API for the database.
                 if not exhausted and (free >= max(1, self.batch // 4) or not passes):
                     claims = await self._claim(which, after, free)
                     if claims:
                         after = claims[-1][0]
-                        passes.update(asyncio.create_task(self._drive(i, t)) for i, t in claims)
+                        group = [(i, t) for i, t, scheduled in claims if scheduled]
+                        if group:
+                            passes[asyncio.create_task(self._drive(group))] = len(group)
+                        passes.update((asyncio.create_task(self._drive([(i, t)])), 1) for i, t, s in claims if not s)
                     exhausted = len(claims) < free
                 if not passes:
                     return
-                _, passes = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del passes[task]
         finally:
             if passes:  # stopping: let the passes end (each releases its lease)
                 await asyncio.gather(*passes, return_exceptions=True)
@@ -136,7 +144,8 @@ class JobReconciler(WakeableController):
             found = await session.scalar(select(Job.id).where(is_free(Job, utcnow()), which).limit(1))
         return found is not None
 
-    async def _claim(self, which: ColumnElement[bool], after: int, limit: int) -> list[tuple[int, str]]:
+    async def _claim(self, which: ColumnElement[bool], after: int, limit: int) -> list[tuple[int, str, bool]]:
+        """Lease up to ``limit`` jobs after id ``after``: (id, token, whether it is scheduled)."""
         async with self.db.write() as session:
             rows = await claim_rows(
                 session,
@@ -148,27 +157,42 @@ class JobReconciler(WakeableController):
                 limit=limit,
                 order_by=Job.id,
             )
-            return [(row.id, row.lock_token or "") for row in rows]
+            return [(row.id, row.lock_token or "", row.status == JobStatus.SCHEDULED.value) for row in rows]
 
-    async def _drive(self, job_id: int, token: str) -> None:
-        keeper = asyncio.create_task(self._keep(job_id, token))
-        job_pass = JobPass(self, job_id, token)
+    async def _drive(self, claims: list[tuple[int, str]]) -> None:
+        """Drive the claimed jobs: one ``JobPass`` each, or, for more than one, ``start_many`` for those that are
+        scheduled and a pass each for the rest. Every lease not given back by a pass's last write is released."""
+        passes = [JobPass(self, i, t) for i, t in claims]
+        keepers = [asyncio.create_task(self._keep(p.job_id, p.token)) for p in passes]
+        try:
+            alone = passes
+            if len(passes) > 1:
+                try:
+                    alone = await start_many(self, passes)
+                except Exception:  # the leases are released below; the next tick tries again
+                    log.exception("jobs %s: batched launch failed", [p.job_id for p in passes])
+                    alone = []
+            await asyncio.gather(*(self._run_pass(p) for p in alone))
+        finally:
+            for keeper in keepers:
+                keeper.cancel()
+            await asyncio.gather(*keepers, return_exceptions=True)
+            await asyncio.gather(*(self._release(p) for p in passes if not p.released))
+
+    async def _run_pass(self, job_pass: JobPass) -> None:
         try:
             await job_pass.run()
         except LeaseLost:
-            log.info("job %s: lease lost to another reconciler; its pass is dropped", job_id)
+            log.info("job %s: lease lost to another reconciler; its pass is dropped", job_pass.job_id)
         except Exception:
-            log.exception("job %s: reconcile pass failed", job_id)
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-            if not job_pass.released:  # a launch releases the lease in its last write already
-                try:
-                    async with self.db.write() as session:
-                        await release_row(session, Job, Job.id == job_id, token=token)
-                except Exception:  # the lease then expires by itself
-                    log.warning("job %s: could not release its lease", job_id, exc_info=True)
+            log.exception("job %s: reconcile pass failed", job_pass.job_id)
+
+    async def _release(self, job_pass: JobPass) -> None:
+        try:
+            async with self.db.write() as session:
+                await release_row(session, Job, Job.id == job_pass.job_id, token=job_pass.token)
+        except Exception:  # the lease then expires by itself
+            log.warning("job %s: could not release its lease", job_pass.job_id, exc_info=True)
 
     async def _keep(self, job_id: int, token: str) -> None:
         """Renew the job's lease every third of its lifetime while a pass works (a stop waits the grace)."""

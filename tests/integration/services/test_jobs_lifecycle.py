@@ -14,6 +14,7 @@ from aicenter.db.engine import Database
 from aicenter.db.models import Job, JobEvent, Replica
 from aicenter.services import jobs
 from aicenter.services.context import Actor
+from aicenter.services.jobs._lifecycle import transition_many
 from tests.integration.services.jobs_helpers import counts, job_world, move, spec, submit
 
 S = JobStatus
@@ -234,3 +235,49 @@ async def test_templates_and_resubmit_with_overrides(db: Database, tmp_path: Pat
     with pytest.raises(NotFound):
         async with db.write() as session:
             await jobs.submit_template(session, w.p.alice, t.template.id)
+
+
+async def test_transition_many_moves_a_batch_with_one_event_each(db: Database, tmp_path: Path) -> None:
+    w = await job_world(db, tmp_path)
+    ids = [(await submit(db, w.p.alice, spec())).job.id for _ in range(3)]
+    for job_id in ids:
+        await move(db, job_id, S.SCHEDULED)
+    async with db.write() as session:
+        batch = list((await session.scalars(select(Job).where(Job.id.in_(ids)))).all())
+        events = await transition_many(session, batch, S.STARTING, actor=None, reason="launch")
+    assert len(events) == 3
+    async with db.read() as session:
+        rows = (await session.scalars(select(Job).where(Job.id.in_(ids)))).all()
+        last = (
+            await session.scalars(select(JobEvent).where(JobEvent.job_id.in_(ids), JobEvent.to_status == "starting"))
+        ).all()
+    assert {r.status for r in rows} == {"starting"}
+    assert sorted(e.job_id for e in last) == sorted(ids)
+    assert {(e.from_status, e.reason) for e in last} == {("scheduled", "launch")}
+
+
+async def test_transition_many_writes_nothing_when_one_job_changed(db: Database, tmp_path: Path) -> None:
+    w = await job_world(db, tmp_path)
+    ids = [(await submit(db, w.p.alice, spec())).job.id for _ in range(3)]
+    for job_id in ids:
+        await move(db, job_id, S.SCHEDULED)
+    before = await counts(db)
+
+    async def behind_its_back() -> None:
+        async with db.write() as session:
+            batch = list((await session.scalars(select(Job).where(Job.id.in_(ids)))).all())
+            # A user's stop lands on one job of the batch after the batch was read.
+            await session.execute(
+                update(Job)
+                .where(Job.id == ids[1])
+                .values(status="stopped")
+                .execution_options(synchronize_session=False)
+            )
+            await transition_many(session, batch, S.STARTING, actor=None)
+
+    with pytest.raises(InvalidTransition):
+        await behind_its_back()
+    async with db.read() as session:
+        statuses = {r.id: r.status for r in (await session.scalars(select(Job).where(Job.id.in_(ids)))).all()}
+    assert statuses == dict.fromkeys(ids, "scheduled")  # rolled back as a whole, the stop included
+    assert await counts(db) == before
