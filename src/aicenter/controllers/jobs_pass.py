@@ -496,19 +496,8 @@ class JobPass:
 
     async def fail(self, loaded: Loaded, failure: GangFailure) -> None:
         """A replica failed: restart the gang (restarting -> stop the rest -> queued) or stop it and fail."""
-        job, spec = loaded.job, loaded.spec
-        if should_restart(spec.retry, failure.reason, job.counted_restarts):
-            async with self.guarded() as (session, fresh):
-                if JobStatus(fresh.status) in (JobStatus.STARTING, JobStatus.RUNNING):
-                    await transition(
-                        session,
-                        fresh,
-                        JobStatus.RESTARTING,
-                        actor=RECONCILER_ACTOR,
-                        failure_reason=failure.reason,
-                        exit_code=failure.exit_code,
-                        message=failure.message,
-                    )
+        if should_restart(loaded.spec.retry, failure.reason, loaded.job.counted_restarts):
+            await self._end_live(JobStatus.RESTARTING, failure)
             fresh_loaded = await self.load()
             if fresh_loaded is not None:
                 await self.requeue(fresh_loaded)
@@ -516,18 +505,24 @@ class JobPass:
         # Stop the peers BEFORE the job becomes final: a finished job is never claimed again, so a peer left
         # running now would run forever.
         await self.stop_replicas(loaded, FailureReason.STOPPED)
+        await self._end_live(JobStatus.FAILED, failure)
+
+    async def _end_live(self, to: JobStatus, failure: GangFailure) -> None:
+        """Move a starting or running job to ``to`` with the failure's reason (a job that moved on meanwhile,
+        e.g. stopped by its user, is left as it is); a final status wakes the controllers."""
         async with self.guarded() as (session, fresh):
             if JobStatus(fresh.status) in (JobStatus.STARTING, JobStatus.RUNNING):
                 await transition(
                     session,
                     fresh,
-                    JobStatus.FAILED,
+                    to,
                     actor=RECONCILER_ACTOR,
                     failure_reason=failure.reason,
                     exit_code=failure.exit_code,
                     message=failure.message,
                 )
-                notify_after_commit(session)
+                if to.is_finished():
+                    notify_after_commit(session)
 
     async def requeue(self, loaded: Loaded) -> None:
         """restarting / preempted -> (every replica stopped) -> queued with the next attempt, or failed."""
