@@ -10,15 +10,17 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from aicenter import __version__
-from aicenter.api.context import AppContext
 from aicenter.api.errors import install_error_handlers
 from aicenter.api.middleware import RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
-from aicenter.controllers import heartbeat, image_builder, reconciler, scheduling, store_gc
+from aicenter.context import AppContext
+from aicenter.controllers import heartbeat, image_builder, jobs, scheduling, store_gc
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
+from aicenter.executors.local import LocalExecutor
+from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
 from aicenter.storage import BlobStore
@@ -32,7 +34,7 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     store_gc.build,
     image_builder.build,
     scheduling.build,
-    reconciler.build,
+    jobs.build,
 ]
 
 
@@ -52,7 +54,11 @@ def create_app(
         tokens=TokenVerifier(settings.token_cache_s),
         secret_key=settings.resolve_secret_key(),
         store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
+        executors={"local": LocalExecutor(settings.jobs_path)},
     )
+    # The jobs' quota usage and "version in use" checks, plugged into those areas here, where the app is
+    # assembled, rather than as a side effect of some module's import.
+    services_jobs.register_usage()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

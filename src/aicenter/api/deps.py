@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.api.context import AppContext
+from aicenter.context import AppContext
 from aicenter.core.errors import Forbidden, Unauthenticated
 from aicenter.core.roles import TokenKind
 from aicenter.services.auth import csrf_token

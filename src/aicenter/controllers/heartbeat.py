@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable
 
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller, ControllerContext
+from aicenter.context import AppContext
+from aicenter.controllers.base import Controller
 from aicenter.db.engine import Database
 from aicenter.executors import HostInfo
 from aicenter.executors.local.host import detect_host
@@ -79,6 +80,6 @@ class HeartbeatController(Controller):
         self.host = host
 
 
-def build(ctx: ControllerContext) -> HeartbeatController:
+def build(ctx: AppContext) -> HeartbeatController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return HeartbeatController(ctx.db, ctx.settings)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO
 
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller, ControllerContext
-from aicenter.controllers.store_gc import replica_name
+from aicenter.context import AppContext
+from aicenter.controllers.base import Controller, replica_name
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
 from aicenter.services import catalog
@@ -312,6 +312,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def build(ctx: ControllerContext) -> ImageBuilder:
+def build(ctx: AppContext) -> ImageBuilder:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return ImageBuilder(ctx.db, ctx.store, ctx.settings)

@@ -28,8 +28,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.config import Settings
-from aicenter.controllers.base import ControllerContext
-from aicenter.controllers.jobs_common import WakeableController
+from aicenter.context import AppContext
+from aicenter.controllers.base import WakeableController, replica_name
 from aicenter.controllers.jobs_snapshot import (
     DEFAULT_POOL,
     HOLDING,
@@ -42,7 +42,6 @@ from aicenter.controllers.jobs_snapshot import (
     to_quota,
     to_sched_job,
 )
-from aicenter.controllers.store_gc import replica_name
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus
@@ -50,11 +49,11 @@ from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.leases import NamedLease, renew_row
 from aicenter.db.models import CatalogVersion, Job, Lease, Node, Pool, Quota, Replica, User, Workspace
+from aicenter.events import notify_after_commit
 from aicenter.scheduler import ClusterState, CycleResult, PendingQueue, Place, Preempt, Scheduler
 from aicenter.scheduler import Job as SchedJob
 from aicenter.services.context import Actor
 from aicenter.services.jobs import transition
-from aicenter.services.jobs._runtime import notify_after_commit
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +425,6 @@ def pending_jobs(controller: SchedulingController) -> list[SchedJob]:
     return list(controller.pending)
 
 
-def build(ctx: ControllerContext) -> SchedulingController:
+def build(ctx: AppContext) -> SchedulingController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return SchedulingController(ctx.db, ctx.settings)

@@ -7,22 +7,15 @@ collection, on whichever replica, comes one interval later.
 
 from __future__ import annotations
 
-import os
-import socket
-
 from aicenter.config import Settings
-from aicenter.controllers.base import Controller, ControllerContext
+from aicenter.context import AppContext
+from aicenter.controllers.base import Controller, replica_name
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.services import catalog
 from aicenter.storage import BlobStore
 
 LEASE_NAME = "store-gc"
-
-
-def replica_name() -> str:
-    """This process, as lease owners are named: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class StoreGcController(Controller):
@@ -55,6 +48,6 @@ class StoreGcController(Controller):
         await leases.renew(self.db, lease, ttl_s=self.interval_s)
 
 
-def build(ctx: ControllerContext) -> StoreGcController:
+def build(ctx: AppContext) -> StoreGcController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
     return StoreGcController(ctx.db, ctx.store, ctx.settings)

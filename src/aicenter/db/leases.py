@@ -10,7 +10,11 @@ lease (heartbeat) before it expires.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -24,6 +28,8 @@ from aicenter.core.clock import utcnow
 from aicenter.db.base import LeaseMixin
 from aicenter.db.engine import Database
 from aicenter.db.models.lease import Lease
+
+log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=LeaseMixin)
 
@@ -84,6 +90,78 @@ async def release_row(
     return await guarded_update(
         session, model, *identity, token=token, lock_owner=None, lock_token=None, lock_expires_at=None
     )
+
+
+async def hold_rows(session: AsyncSession, model: type[M], tokens: Mapping[int, str], *, ttl_s: float) -> list[M]:
+    """The rows of ``tokens`` (id -> lease token) that we still hold, read afresh and locked until the caller
+    commits (``FOR UPDATE`` on PostgreSQL; SQLite's write transaction serializes writers), with their leases
+    renewed. In id order, so that locks are always taken in the same order.
+
+    A row whose token differs was lost (its lease expired and another worker claimed it): that is the one
+    meaning of "lease lost", here and in ``renew_row``; the caller drops its work on such a row.
+    """
+    if not tokens:
+        return []
+    rows = (
+        await session.scalars(
+            select(model)
+            .where(model.id.in_(tokens))  # type: ignore[attr-defined]
+            .order_by(model.id)  # type: ignore[attr-defined]
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    ).all()
+    held = [row for row in rows if row.lock_token == tokens[row.id]]  # type: ignore[attr-defined]
+    expires = utcnow() + timedelta(seconds=ttl_s)
+    for row in held:
+        row.lock_expires_at = expires
+    return held
+
+
+def release_held(rows: Iterable[LeaseMixin]) -> None:
+    """Give back the leases of rows returned by ``hold_rows``; written when the caller's transaction commits."""
+    for row in rows:
+        row.lock_owner = row.lock_token = row.lock_expires_at = None
+
+
+class RowLeaseKeeper:
+    """Renews the leases of rows while slow work on them runs outside any transaction (a stop waits its grace).
+
+    Use as ``async with RowLeaseKeeper(db, Job, tokens, ttl_s):``; it renews every third of ``ttl_s`` and
+    forgets rows it lost (``lost``). The work's final write still checks the token (``hold_rows``): renewing
+    only keeps others from taking the rows while the work runs.
+    """
+
+    def __init__(self, db: Database, model: type[LeaseMixin], tokens: Mapping[int, str], ttl_s: float) -> None:
+        self.db = db
+        self.model = model
+        self.tokens = dict(tokens)
+        self.ttl_s = ttl_s
+        self.lost: set[int] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RowLeaseKeeper:
+        self._task = asyncio.create_task(self._keep())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _keep(self) -> None:
+        while self.tokens:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                async with self.db.write() as session:
+                    for row_id, token in list(self.tokens.items()):
+                        ident = self.model.id == row_id  # type: ignore[attr-defined]
+                        if not await renew_row(session, self.model, ident, token=token, ttl_s=self.ttl_s):
+                            self.lost.add(row_id)
+                            del self.tokens[row_id]
+            except Exception:  # the database is unreachable for a moment: the next renewal tries again
+                log.warning("renewing %d %s leases failed", len(self.tokens), self.model.__name__, exc_info=True)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from fastapi import Depends, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from aicenter.api.context import AppContext
 from aicenter.api.deps import SESSION_COOKIE, authenticate
+from aicenter.context import AppContext
 from aicenter.core.errors import NotFound, Unauthenticated
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import User, Workspace

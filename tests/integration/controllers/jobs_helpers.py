@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from aicenter.config import Settings
-from aicenter.controllers.reconciler import JobReconciler
+from aicenter.controllers.jobs import JobReconciler
 from aicenter.controllers.scheduling import SchedulingController
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, JobEvent, Replica

@@ -24,7 +24,8 @@ from aicenter.executors.base import ReplicaHandle
 from aicenter.services import jobs
 from aicenter.services.auth import TokenVerifier, list_tokens
 from aicenter.services.context import Actor
-from aicenter.services.jobs._runtime import Content, job_dirs, materialize_sync
+from aicenter.services.jobs import Content, job_dirs
+from aicenter.services.jobs._runtime import materialize_sync
 from tests.factories import make_user
 from tests.integration.controllers.jobs_helpers import (
     DEADLINE_S,

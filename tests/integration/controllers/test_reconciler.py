@@ -140,19 +140,19 @@ async def test_a_restarted_reconciler_adopts_an_intent_instead_of_launching_twic
     job_id = await submit(db, alice, job_spec("once", f"echo run >> {marks}; sleep 1"))
     scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
     await scheduler.tick()
-    # A reconciler that "crashes" right after its intent committed: launch_pending never ran.
-    from aicenter.controllers import jobs_pass
+    # A reconciler that "crashes" right after its intent committed: it never acts on it.
+    from aicenter.controllers.jobs import Hands
 
-    original = jobs_pass.JobPass.launch_pending
+    original = Hands.act
 
-    async def crash(self: jobs_pass.JobPass, loaded: jobs_pass.Loaded) -> None:
+    async def crash(self: Hands, *args: object) -> None:
         raise RuntimeError("crash after the intent")
 
-    jobs_pass.JobPass.launch_pending = crash  # type: ignore[method-assign]
+    Hands.act = crash  # type: ignore[assignment,method-assign]
     try:
         await reconciler.tick()
     finally:
-        jobs_pass.JobPass.launch_pending = original  # type: ignore[method-assign]
+        Hands.act = original  # type: ignore[method-assign]
     [replica] = await replicas(db, job_id)
     assert (replica.status, handle(replica)["pid"]) == ("starting", 0)
     await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")

@@ -14,14 +14,17 @@ from aicenter.core.jobs.accounting import (
 )
 from aicenter.core.jobs.lifecycle import (
     ACTIVE_STATUSES,
+    REPLICA_TRANSITIONS,
     TRANSITIONS,
     FailureReason,
     JobStatus,
     ReplicaStatus,
     StatusChange,
+    check_replica_transition,
     check_transition,
     dominant_reason,
     status_after_failure,
+    stop_reason,
     transition,
 )
 from aicenter.core.jobs.overrides import apply_overrides, parse_value
@@ -54,6 +57,7 @@ __all__ = [
     "MPI_LAUNCHER",
     "NEVER_RESTART",
     "PRIORITY_VALUES",
+    "REPLICA_TRANSITIONS",
     "RETRYABLE",
     "TENSORFLOW_TASKS",
     "TRANSITIONS",
@@ -71,6 +75,7 @@ __all__ = [
     "TaskSpec",
     "TimedReplica",
     "apply_overrides",
+    "check_replica_transition",
     "check_transition",
     "counts_against_budget",
     "dominant_reason",
@@ -84,6 +89,7 @@ __all__ = [
     "replica_machine_time_s",
     "should_restart",
     "status_after_failure",
+    "stop_reason",
     "task_machine_time_s",
     "transition",
 ]

@@ -124,6 +124,52 @@ _REPLICA_FINISHED = frozenset(
     {ReplicaStatus.SUCCEEDED, ReplicaStatus.FAILED, ReplicaStatus.LOST, ReplicaStatus.STOPPED}
 )
 
+_R = ReplicaStatus
+REPLICA_TRANSITIONS: Mapping[ReplicaStatus, frozenset[ReplicaStatus]] = {
+    # pending -> stopped/failed: ended before any launch (its job stopped, or it could not be prepared); such a
+    # replica never started and holds no machine time.
+    _R.PENDING: frozenset({_R.STARTING, _R.STOPPED, _R.FAILED}),
+    # starting -> succeeded/failed/...: the command may end before a pass saw it running.
+    _R.STARTING: frozenset({_R.RUNNING, _R.SUCCEEDED, _R.FAILED, _R.LOST, _R.STOPPED}),
+    _R.RUNNING: frozenset({_R.SUCCEEDED, _R.FAILED, _R.LOST, _R.STOPPED}),
+    _R.SUCCEEDED: frozenset(),
+    _R.FAILED: frozenset(),
+    _R.LOST: frozenset(),
+    _R.STOPPED: frozenset(),
+}
+"""Replica status -> the statuses it may change to. A replica's ``started_at`` and ``finished_at`` are its
+machine time (what billing charges), so they change only with a status, through one function
+(``services.jobs.change_replica``)."""
+
+
+def check_replica_transition(current: ReplicaStatus, new: ReplicaStatus) -> None:
+    """Raise unless a replica may change from ``current`` to ``new`` (the same status is allowed: no change).
+
+    Raises:
+        InvalidTransition: Code ``invalid_transition``; ``details`` holds ``from`` and ``to``.
+    """
+    if new == current or new in REPLICA_TRANSITIONS[current]:
+        return
+    raise InvalidTransition(
+        f'a {current.value} replica cannot become "{new.value}"', details={"from": current.value, "to": new.value}
+    )
+
+
+def stop_reason(requested: bool, requested_by: int | None, failure_reason: str | None) -> FailureReason | None:
+    """Why a job must stop now, from its stop-request fields; ``None`` when nobody asked.
+
+    The scheduler marks a preemption (and the billing meter an exhausted balance) as a stop request by nobody
+    with reason ``preempted`` (``arrears``); a person's request records ``stopped`` or ``stopped_by_admin``.
+    A person's request replaces a marker (``services.jobs.request_stop``), so it is never lost to a requeue.
+    """
+    if not requested:
+        return None
+    if requested_by is None and failure_reason in (FailureReason.PREEMPTED.value, FailureReason.ARREARS.value):
+        return FailureReason(failure_reason)
+    if failure_reason == FailureReason.STOPPED_BY_ADMIN.value:
+        return FailureReason.STOPPED_BY_ADMIN
+    return FailureReason.STOPPED
+
 
 def check_transition(current: JobStatus, new: JobStatus) -> None:
     """Raise unless a job may change from ``current`` to ``new``.

@@ -31,6 +31,7 @@ from aicenter.services.catalog._builds import (
 from aicenter.services.catalog._content import archive_entries, get_file, list_files, preview
 from aicenter.services.catalog._imports import create_version_from_directory, import_directory
 from aicenter.services.catalog._items import SORTS, UNSET, create_item, delete_item, get_item, list_items, update_item
+from aicenter.services.catalog._outputs import save_job_output
 from aicenter.services.catalog._quota import StorageUsage, set_storage_quota, storage_usage
 from aicenter.services.catalog._resolve import parse_ref, resolve_version
 from aicenter.services.catalog._storage_admin import GcResult, referenced_blobs, run_fsck, run_gc
@@ -136,6 +137,7 @@ __all__ = [
     "resolve_version",
     "run_fsck",
     "run_gc",
+    "save_job_output",
     "set_storage_quota",
     "share_version",
     "start_upload",

@@ -1,8 +1,9 @@
-"""Training jobs: submission, the one status transition function, queries, stop, templates, logs access, and
-the API token of a job's replicas.
+"""Training jobs: submission, the one status transition function, queries, stop, templates, logs access, the
+API token of a job's replicas, and the reconciler's reads and writes (``load_jobs``, ``apply_steps``).
 
-Every status change of a job goes through ``transition`` (controllers call it too). Importing this package
-registers the jobs' quota usage and catalog "in use" hooks (``_usage.py``).
+Every status change of a job goes through ``transition``, every replica status change through
+``change_replica``. ``register_usage`` plugs the jobs' quota usage and catalog "in use" checks into those
+areas; the app factory calls it (explicitly: an import must not change other areas' behaviour).
 """
 
 from aicenter.services.jobs._lifecycle import (
@@ -11,7 +12,6 @@ from aicenter.services.jobs._lifecycle import (
     force_stop,
     record_created,
     request_stop,
-    requested_stop_reason,
     stop_job,
     transition,
 )
@@ -25,6 +25,28 @@ from aicenter.services.jobs._queries import (
     log_target,
     read_logs,
 )
+from aicenter.services.jobs._reconcile import (
+    Applied,
+    JobInfo,
+    JobState,
+    NodeRef,
+    ReplicaInfo,
+    Work,
+    apply_steps,
+    load_jobs,
+    replica_plans,
+)
+from aicenter.services.jobs._replicas import change_replica
+from aicenter.services.jobs._runtime import (
+    HOST_IMAGE,
+    Content,
+    ImageNotReady,
+    JobDirs,
+    job_dirs,
+    load_content,
+    materialize,
+    python_bin,
+)
 from aicenter.services.jobs._submit import Amounts, load_spec, resolve_workspace, resubmit_job, submit_job
 from aicenter.services.jobs._templates import (
     create_template,
@@ -36,18 +58,28 @@ from aicenter.services.jobs._templates import (
     update_template,
 )
 from aicenter.services.jobs._tokens import issue_job_token, job_token_name
-from aicenter.services.jobs._usage import register as _register_usage
+from aicenter.services.jobs._usage import register as register_usage
 from aicenter.services.jobs._usage import replica_usage, versions_used_by_jobs
 from aicenter.services.jobs._views import JobView, TemplateView, job_views, template_views
 
-_register_usage()
-
 __all__ = [
+    "HOST_IMAGE",
     "SYSTEM",
     "Amounts",
+    "Applied",
+    "Content",
+    "ImageNotReady",
+    "JobDirs",
+    "JobInfo",
+    "JobState",
     "JobView",
     "LogTarget",
+    "NodeRef",
+    "ReplicaInfo",
     "TemplateView",
+    "Work",
+    "apply_steps",
+    "change_replica",
     "create_template",
     "create_template_from_job",
     "delete_job",
@@ -56,20 +88,26 @@ __all__ = [
     "get_job",
     "get_template",
     "issue_job_token",
+    "job_dirs",
     "job_token_name",
     "job_views",
     "list_events",
     "list_jobs",
     "list_replicas",
     "list_templates",
+    "load_content",
     "load_job",
+    "load_jobs",
     "load_spec",
     "log_target",
+    "materialize",
+    "python_bin",
     "read_logs",
     "record_created",
+    "register_usage",
+    "replica_plans",
     "replica_usage",
     "request_stop",
-    "requested_stop_reason",
     "resolve_workspace",
     "resubmit_job",
     "stop_job",

@@ -21,13 +21,15 @@ from aicenter.core import jobs as core
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, Forbidden, InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
+from aicenter.core.jobs.reconcile import ReplicaChange
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import Job, JobEvent, Replica
+from aicenter.events import notify_after_commit
 from aicenter.services import audit
 from aicenter.services.access import require_platform_admin, workspace_role
 from aicenter.services.context import Actor
 from aicenter.services.jobs._queries import load_job
-from aicenter.services.jobs._runtime import notify_after_commit
+from aicenter.services.jobs._replicas import change_replica
 from aicenter.services.jobs._tokens import revoke_job_tokens
 from aicenter.services.jobs._views import JobView, job_views
 
@@ -249,27 +251,14 @@ def _time_columns(to: JobStatus, now: datetime) -> dict[str, datetime]:
 _NOT_LAUNCHED = frozenset({JobStatus.PENDING, JobStatus.QUEUED})
 
 
-def requested_stop_reason(job: Job) -> FailureReason | None:
-    """Why a stop was requested, for the reconciler that carries it out: ``stopped`` or ``stopped_by_admin``
-    (recorded in ``failure_reason`` with the request); ``None`` when nobody asked."""
-    if job.stop_requested_at is None:  # not _by: the system actor has no user id
-        return None
-    if job.failure_reason == FailureReason.STOPPED_BY_ADMIN.value:
-        return FailureReason.STOPPED_BY_ADMIN
-    return FailureReason.STOPPED
-
-
 def _is_preemption(job: Job) -> bool:
     """Whether the job's stop request is the scheduler's preemption marker (no requester, reason preempted).
 
     A person's stop replaces it: otherwise the reconciler would carry out the preemption and requeue a job its
     owner asked to stop.
     """
-    return (
-        job.stop_requested_at is not None
-        and job.stop_requested_by is None
-        and job.failure_reason == FailureReason.PREEMPTED.value
-    )
+    reason = core.stop_reason(job.stop_requested_at is not None, job.stop_requested_by, job.failure_reason)
+    return reason is FailureReason.PREEMPTED
 
 
 async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: FailureReason) -> JobEvent | None:
@@ -300,9 +289,7 @@ async def request_stop(session: AsyncSession, job: Job, actor: Actor, reason: Fa
             select(Replica).where(Replica.job_id == job.id, Replica.status == ReplicaStatus.PENDING.value)
         )
     ).all():
-        replica.status = ReplicaStatus.STOPPED.value
-        replica.reason = reason.value
-        replica.finished_at = now
+        change_replica(replica, ReplicaChange(replica.id, ReplicaStatus.STOPPED, reason=reason), now=now)
     await session.flush()
     return event
 

@@ -1,5 +1,5 @@
 """What a replica needs on disk and in its plan: the job's directories and the ``ReplicaPlan`` the reconciler
-hands to the executor. Also the in-process wake-up of the job controllers after a commit.
+hands to the executor.
 
 Layout (one directory per job, shared by every attempt; ``settings.jobs_path``)::
 
@@ -23,11 +23,11 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.jobs import JobSpec
@@ -319,38 +319,3 @@ def replica_host(node_address: str, node_name: str, nodes_of_job: Iterable[str])
     if len(set(nodes_of_job)) <= 1:
         return "127.0.0.1"
     return node_address or node_name
-
-
-# -- wake-ups -------------------------------------------------------------------------------------------------
-
-_listeners: list[Callable[[], None]] = []
-
-
-def subscribe(callback: Callable[[], None]) -> Callable[[], None]:
-    """Call ``callback`` whenever jobs changed in a way a controller acts on; returns the unsubscribe function.
-
-    In-process only: controllers on other replicas notice on their next interval.
-    """
-    _listeners.append(callback)
-    return lambda: _listeners.remove(callback) if callback in _listeners else None
-
-
-def notify() -> None:
-    """Wake every subscribed controller of this process now."""
-    for callback in tuple(_listeners):  # a callback may unsubscribe
-        try:
-            callback()
-        except Exception:  # a listener's failure must not break the caller's request
-            log.exception("job wake-up listener failed")
-
-
-def notify_after_commit(session: AsyncSession) -> None:
-    """Wake the controllers once ``session``'s transaction commits (not before: they would not see the rows).
-
-    The jobs service calls it from ``submit_job``/``stop_job``; the controllers after their own decisions.
-    """
-    event.listen(session.sync_session, "after_commit", _after_commit, once=True)
-
-
-def _after_commit(_session: object) -> None:
-    notify()

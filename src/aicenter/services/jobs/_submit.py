@@ -33,12 +33,12 @@ from aicenter.db.models import (
     User,
     Workspace,
 )
+from aicenter.events import notify_after_commit
 from aicenter.services import audit, catalog
 from aicenter.services.context import Actor
 from aicenter.services.inventory import selector_matches
 from aicenter.services.jobs._lifecycle import record_created, transition
 from aicenter.services.jobs._queries import load_job
-from aicenter.services.jobs._runtime import notify_after_commit
 from aicenter.services.jobs._views import JobView, job_views
 
 

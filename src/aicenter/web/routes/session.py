@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from aicenter.api.context import AppContext
 from aicenter.api.deps import authenticate, client_address
+from aicenter.context import AppContext
 from aicenter.core.errors import AicenterError, NotFound, Unauthenticated
 from aicenter.core.roles import TokenKind
 from aicenter.services import auth, tenancy
