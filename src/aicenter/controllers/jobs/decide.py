@@ -205,7 +205,8 @@ def decide(job: JobSnapshot, seen: Observations, *, now: datetime) -> Decision:
 
     if status in (JobStatus.STARTING, JobStatus.RUNNING):
         if stop is FailureReason.PREEMPTED:
-            preempted = JobChange(JobStatus.PREEMPTED, failure_reason=FailureReason.PREEMPTED, message="preempted")
+            # No message: the scheduler's ("preempted for job 12: ...") stays the job's latest word.
+            preempted = JobChange(JobStatus.PREEMPTED, failure_reason=FailureReason.PREEMPTED)
             ending = _end_live(rows, FailureReason.PREEMPTED, now)
             actions = Actions(launch=ending.launch, stop=ending.stop, stop_reason=FailureReason.PREEMPTED)
             return Decision(Steps(facts=tuple(facts), replicas=ending.changes, job=preempted), actions)
