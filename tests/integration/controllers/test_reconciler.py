@@ -95,7 +95,7 @@ async def test_failing_job_fails_with_its_exit_code(
     scheduler, reconciler = controllers(db, app.state.ctx.store, settings, tmp_path / "jobs")
     await tick_until(scheduler, reconciler, status_is(db, job_id, "succeeded", "failed"), "the job to end")
     job = await job_row(db, job_id)
-    assert (job.status, job.failure_reason, job.exit_code) == ("failed", "error", 3)
+    assert (job.status, job.failure_reason, job.exit_code) == ("failed", "error", 3), job.message
     assert "exited with code 3" in job.message
     assert {r.status for r in await replicas(db, job_id)} <= {"failed", "stopped"}
 

@@ -3,7 +3,7 @@ acts around it (``JobReconciler``). See reconciler.py for the loop and decide.py
 
 from aicenter.controllers.jobs.act import Hands, outcome
 from aicenter.controllers.jobs.decide import GangFailure, decide, gang_failure
-from aicenter.controllers.jobs.reconciler import MAX_ROUNDS, JobReconciler, build, needs_work
+from aicenter.controllers.jobs.reconciler import MAX_ROUNDS, JobReconciler, build
 
 __all__ = [
     "MAX_ROUNDS",
@@ -13,6 +13,5 @@ __all__ = [
     "build",
     "decide",
     "gang_failure",
-    "needs_work",
     "outcome",
 ]

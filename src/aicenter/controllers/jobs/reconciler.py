@@ -23,8 +23,6 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from sqlalchemy import ColumnElement, and_, or_, select
-
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import WakeableController, replica_name
@@ -34,22 +32,17 @@ from aicenter.core.clock import utcnow
 from aicenter.core.jobs import JobStatus
 from aicenter.core.jobs.reconcile import Decision, Observations
 from aicenter.db.engine import Database
-from aicenter.db.leases import RowLeaseKeeper, claim_rows, is_free, release_row
+from aicenter.db.leases import RowLeaseKeeper, release_row
 from aicenter.db.models import Job
 from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor
-from aicenter.services.jobs import Work, apply_steps, load_jobs
+from aicenter.services.jobs import Work, any_job_to_reconcile, apply_steps, claim_jobs, load_jobs
 from aicenter.storage import BlobStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_ROUNDS", "JobReconciler", "build", "needs_work"]
+__all__ = ["MAX_ROUNDS", "JobReconciler", "build"]
 
-_WORKING = tuple(
-    s.value
-    for s in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTED)
-)
-_NOT_LAUNCHED = (JobStatus.PENDING.value, JobStatus.QUEUED.value)
 # Statuses a pass moves on from by itself in its next round: their replicas are stopped, then the job queued.
 _FOLLOW_UP = (JobStatus.RESTARTING, JobStatus.PREEMPTED)
 
@@ -57,14 +50,6 @@ MAX_ROUNDS = 6
 """Rounds of one pass at most. A start takes 2 (intent, handles), a gang restart 3 (restarting and stops,
 the stopped replicas and the next attempt, ...); a stop of an intent without a launch result one more (it is
 launched, which adopts it, before it is stopped). What is left after the last round is the next tick's."""
-
-
-def needs_work() -> ColumnElement[bool]:
-    """The jobs a reconciler leases (through the status index)."""
-    return or_(
-        Job.status.in_(_WORKING),
-        and_(Job.status.in_(_NOT_LAUNCHED), Job.stop_requested_at.is_not(None)),
-    )
 
 
 class JobReconciler(WakeableController):
@@ -106,17 +91,18 @@ class JobReconciler(WakeableController):
         # Launches first: a scheduled job waits for nothing but this, and its start is the latency users see;
         # watching running jobs and noticing exits can wait for the second sweep, which also claims jobs
         # scheduled while it runs (their ids are higher).
-        await self._sweep(Job.status == JobStatus.SCHEDULED.value)
-        await self._sweep(needs_work())
+        await self._sweep(scheduled_only=True)
+        await self._sweep(scheduled_only=False)
 
-    async def _sweep(self, which: ColumnElement[bool]) -> None:
-        """Drive every free job matching ``which``, in id order, at most ``batch`` jobs at a time.
+    async def _sweep(self, *, scheduled_only: bool) -> None:
+        """Drive every free job that needs work (or only the scheduled ones), in id order, ``batch`` at a time.
 
         A pool, not batches: a claim tops the running passes up as they finish, so one slow pass does not hold
         back the launches queued behind it.
         """
-        if not await self._any_free(which):
-            return
+        async with self.db.read() as session:
+            if not await any_job_to_reconcile(session, scheduled_only=scheduled_only):
+                return
         after = 0
         exhausted = False
         passes: dict[asyncio.Task[None], int] = {}  # a pass -> the jobs (slots) it drives
@@ -126,7 +112,15 @@ class JobReconciler(WakeableController):
                 # Top up once a quarter of the slots is free: a claim is a write transaction, one per job
                 # finishing would contend with the API for the database.
                 if not exhausted and (free >= max(1, self.batch // 4) or not passes):
-                    claims = await self._claim(which, after, free)
+                    async with self.db.write() as session:
+                        claims = await claim_jobs(
+                            session,
+                            owner=self.owner,
+                            ttl_s=self.lease_ttl_s,
+                            after=after,
+                            limit=free,
+                            scheduled_only=scheduled_only,
+                        )
                     if claims:
                         after = max(claims)
                         scheduled = {i: t for i, (t, s) in claims.items() if s}
@@ -145,30 +139,9 @@ class JobReconciler(WakeableController):
             if passes:  # stopping: let the passes end (each gives its leases back)
                 await asyncio.gather(*passes, return_exceptions=True)
 
-    async def _any_free(self, which: ColumnElement[bool]) -> bool:
-        """A read before the claim: a tick with nothing to do (every submit wakes it) takes no write lock."""
-        async with self.db.read() as session:
-            found = await session.scalar(select(Job.id).where(is_free(Job, utcnow()), which).limit(1))
-        return found is not None
-
-    async def _claim(self, which: ColumnElement[bool], after: int, limit: int) -> dict[int, tuple[str, bool]]:
-        """Lease up to ``limit`` jobs after id ``after``: id -> (lease token, whether it is scheduled)."""
-        async with self.db.write() as session:
-            rows = await claim_rows(
-                session,
-                Job,
-                Job.id > after,
-                which,
-                owner=self.owner,
-                ttl_s=self.lease_ttl_s,
-                limit=limit,
-                order_by=Job.id,
-            )
-            return {row.id: (row.lock_token or "", row.status == JobStatus.SCHEDULED.value) for row in rows}
-
     async def drive(self, leases: Mapping[int, str]) -> None:
         """One pass over leased jobs (id -> lease token): rounds of decide, apply, act until nothing is left to
-        do now. Every lease is given back by the last write; a failed pass leaves them to expire."""
+        do now. Every lease is given back by the last write, or by ``_give_back`` when the pass fails."""
         try:
             async with RowLeaseKeeper(self.db, Job, leases, self.lease_ttl_s):
                 await self._rounds(dict(leases))

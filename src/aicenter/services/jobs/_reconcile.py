@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
@@ -32,8 +32,8 @@ from aicenter.core.jobs import (
     stop_reason,
 )
 from aicenter.core.jobs.reconcile import JobChange, JobSnapshot, ReplicaChange, ReplicaRow, Steps
-from aicenter.db.leases import hold_rows, release_held
-from aicenter.db.models import Job, Node, Replica
+from aicenter.db.leases import claim_rows, hold_rows, is_free, release_held
+from aicenter.db.models import Job, Node, Replica, User
 from aicenter.events import notify_after_commit
 from aicenter.executors.base import ReplicaPlan
 from aicenter.services.context import Actor
@@ -51,7 +51,9 @@ __all__ = [
     "NodeRef",
     "ReplicaInfo",
     "Work",
+    "any_job_to_reconcile",
     "apply_steps",
+    "claim_jobs",
     "load_jobs",
     "replica_plans",
 ]
@@ -127,6 +129,50 @@ class Applied:
     state: JobState
     api_token: str = ""
     decided: bool = True
+
+
+# -- claiming ---------------------------------------------------------------------------------------------------
+
+_WORKING = tuple(
+    s.value
+    for s in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTED)
+)
+_NOT_LAUNCHED = (JobStatus.PENDING.value, JobStatus.QUEUED.value)
+
+
+def _needing_work(scheduled_only: bool) -> ColumnElement[bool]:
+    """The jobs a reconciler leases, through the status index: those with replicas to launch, watch or stop, and
+    pending or queued ones with a stop request; or only the scheduled ones (their launch is what users wait for)."""
+    if scheduled_only:
+        return Job.status == JobStatus.SCHEDULED.value
+    return or_(
+        Job.status.in_(_WORKING),
+        and_(Job.status.in_(_NOT_LAUNCHED), Job.stop_requested_at.is_not(None)),
+    )
+
+
+async def any_job_to_reconcile(session: AsyncSession, *, scheduled_only: bool = False) -> bool:
+    """Whether a free job needs the reconciler: a read, so that a tick with nothing to do takes no write lock."""
+    found = await session.scalar(select(Job.id).where(is_free(Job, utcnow()), _needing_work(scheduled_only)).limit(1))
+    return found is not None
+
+
+async def claim_jobs(
+    session: AsyncSession, *, owner: str, ttl_s: float, after: int, limit: int, scheduled_only: bool = False
+) -> dict[int, tuple[str, bool]]:
+    """Lease up to ``limit`` free jobs that need the reconciler, after id ``after``, in id order (``SKIP
+    LOCKED`` on PostgreSQL). Returns id -> (lease token, whether the job is scheduled)."""
+    rows = await claim_rows(
+        session,
+        Job,
+        Job.id > after,
+        _needing_work(scheduled_only),
+        owner=owner,
+        ttl_s=ttl_s,
+        limit=limit,
+        order_by=Job.id,
+    )
+    return {row.id: (row.lock_token or "", row.status == JobStatus.SCHEDULED.value) for row in rows}
 
 
 # -- reading ----------------------------------------------------------------------------------------------------
@@ -348,6 +394,9 @@ async def apply_steps(session: AsyncSession, work: Sequence[Work], *, lease_ttl_
                 )
     for (_from, to, reason, message), jobs in grouped.items():
         await transition_many(session, jobs, to, actor=RECONCILER, reason=reason, message=message)
+    token_users = {j.user_id for j in held if decided[j.id] and by_id[j.id].steps.issue_token and j.user_id}
+    if token_users:  # one read; issue_job_token's session.get then finds them in the identity map
+        await session.scalars(select(User).where(User.id.in_(token_users)))
     out: dict[int, Applied] = {}
     for job in held:
         w = by_id[job.id]
