@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select, update
 
 from aicenter.core.errors import Conflict, Forbidden, InvalidTransition, NotFound
-from aicenter.core.jobs import TRANSITIONS, FailureReason, JobStatus
+from aicenter.core.jobs import TRANSITIONS, FailureReason, JobStatus, stop_reason
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, JobEvent, Replica
 from aicenter.services import jobs
@@ -130,6 +130,11 @@ async def test_stop_of_a_queued_job_ends_it_at_once(db: Database, tmp_path: Path
             await jobs.stop_job(session, w.p.alice, view.job.id)
 
 
+def why(job: Job) -> FailureReason | None:
+    """The reason the reconciler ends a job with, from its stop-request fields."""
+    return stop_reason(job.stop_requested_at is not None, job.stop_requested_by, job.failure_reason)
+
+
 async def test_stop_of_a_running_job_is_a_request_for_the_reconciler(db: Database, tmp_path: Path) -> None:
     w = await job_world(db, tmp_path)
     view = await submit(db, w.p.alice, spec())
@@ -137,11 +142,11 @@ async def test_stop_of_a_running_job_is_a_request_for_the_reconciler(db: Databas
     async with db.write() as session:
         stopped = await jobs.stop_job(session, w.p.alice, view.job.id)
     assert stopped.job.status == "running"
-    assert jobs.requested_stop_reason(stopped.job) is FailureReason.STOPPED
+    assert why(stopped.job) is FailureReason.STOPPED
     async with db.write() as session:
         forced = await jobs.force_stop(session, w.p.root, view.job.id)
     assert forced.job.status == "running"
-    assert jobs.requested_stop_reason(forced.job) is FailureReason.STOPPED_BY_ADMIN
+    assert why(forced.job) is FailureReason.STOPPED_BY_ADMIN
     assert forced.job.stop_requested_by == w.p.root.user_id
 
 

@@ -397,18 +397,18 @@ async def apply_steps(session: AsyncSession, work: Sequence[Work], *, lease_ttl_
     token_users = {j.user_id for j in held if decided[j.id] and by_id[j.id].steps.issue_token and j.user_id}
     if token_users:  # one read; issue_job_token's session.get then finds them in the identity map
         await session.scalars(select(User).where(User.id.in_(token_users)))
-    out: dict[int, Applied] = {}
+    tokens: dict[int, str] = {}
     for job in held:
         w = by_id[job.id]
-        token = ""
         if decided[job.id] and w.steps.issue_token:
             # A new API token per launch, in the transaction that holds the lease (see _tokens.py).
-            token = await issue_job_token(session, job)
-        if w.release or not decided[job.id]:
-            release_held([job])
-        await session.flush()  # ids of new attempt rows
-        out[job.id] = Applied(_state(job, rows[job.id], w.state.info), token, decided[job.id])
-    return out
+            tokens[job.id] = await issue_job_token(session, job)
+    release_held(j for j in held if by_id[j.id].release or not decided[j.id])
+    await session.flush()  # the ids of new attempt rows
+    return {
+        j.id: Applied(_state(j, rows[j.id], by_id[j.id].state.info), tokens.get(j.id, ""), decided[j.id])
+        for j in held
+    }
 
 
 # -- plans ------------------------------------------------------------------------------------------------------
