@@ -67,7 +67,15 @@ def login(
             api.token = existing.token
             with contextlib.suppress(ApiError):  # already expired or revoked
                 api.logout()
-    cfg.profiles[name] = Profile(name=name, server=server, token=result.token, username=result.user.username)
+    # The default workspace belongs to this account on this server: kept when the same user logs in again.
+    same = existing is not None and existing.server == server and existing.username == result.user.username
+    cfg.profiles[name] = Profile(
+        name=name,
+        server=server,
+        token=result.token,
+        username=result.user.username,
+        workspace=existing.workspace if same and existing else None,
+    )
     cfg.current = name
     cfg.save()
     if output is Output.table:

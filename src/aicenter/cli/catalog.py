@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from aicenter.cli import output as out
-from aicenter.cli.common import CliError, Output, OutputOpt, YesOpt, client, confirm, invalid, pairs, workspace_id
+from aicenter.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    YesOpt,
+    chosen_workspace,
+    client,
+    confirm,
+    invalid,
+    pairs,
+    workspace_id,
+)
 
 if TYPE_CHECKING:
     from aicenter.client import Client
@@ -209,7 +220,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
             item = api.create_item(
                 kind,
                 name,
-                workspace_id=workspace_id(api, workspace) if workspace else UNSET,
+                workspace_id=chosen_workspace(api, workspace) or UNSET,
                 description=description if description is not None else UNSET,
                 tags=tag if tag else UNSET,
                 metadata=metadata or UNSET,
@@ -289,7 +300,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
     ) -> None:
         """Upload files as a new version. Re-run the same command to resume an interrupted push."""
         with client() as api:
-            ws = workspace_id(api, workspace) if workspace else None
+            ws = chosen_workspace(api, workspace)
             with progress_bar(progress, f"push {name}") as callback:
                 version = api.push(kind, source, name=name, workspace_id=ws, description=description, progress=callback)
         out.show(version, output, _VERSION_DETAIL if output is Output.table else None)
@@ -363,7 +374,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
         """Copy a version you can read into a new version of your own item (no bytes are copied)."""
         with client() as api:
             version = api.resolve(kind, ref)
-            ws = workspace_id(api, workspace) if workspace else None
+            ws = chosen_workspace(api, workspace)
             copied = api.copy_version(kind, version.item_id, version.number, name=name, workspace_id=ws)
         out.show(copied, output, _VERSION_DETAIL if output is Output.table else None)
 

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from aicenter.cli import output as out
-from aicenter.cli.common import Output, OutputOpt, YesOpt, client, confirm, invalid, pick, workspace_id
+from aicenter.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    YesOpt,
+    chosen_workspace,
+    client,
+    confirm,
+    invalid,
+    pick,
+)
 
 if TYPE_CHECKING:
     from aicenter.client import Client
@@ -27,12 +37,17 @@ job_app.add_typer(template_app, name="template")
 FINISHED = frozenset({"succeeded", "failed", "stopped"})
 POLL_S = 0.5  # how often --follow looks at a job that has no output yet; a job starts in well under a second
 
-JobArg = Annotated[str, typer.Argument(help="The job's id (as `job list` shows it).")]
+JobArg = Annotated[
+    str, typer.Argument(help="The job's id, or its name in the workspace (the newest job of that name).")
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="PATH=VALUE change applied before the spec is checked, e.g. tasks[0].replicas=4."),
 ]
-WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", "-w", help="Workspace name or id.")]
+WorkspaceOpt = Annotated[
+    str | None,
+    typer.Option("--workspace", "-w", help="Workspace name or id. Default: `aicenter workspace use`'s, if set."),
+]
 TaskOpt = Annotated[str | None, typer.Option("--task", "-t", help="The task (default: the job's first).")]
 ReplicaOpt = Annotated[int | None, typer.Option("--replica", "-r", help="The replica index within the task.")]
 
@@ -120,11 +135,32 @@ def _resources(values: dict[str, Any]) -> str:
     return " ".join(shown)
 
 
-def _job_id(ref: str) -> int:
+def _job_id(api: Client, ref: str, workspace: str | None) -> int:
+    """The id of job ``ref``: a number (or ``#number``) is an id; anything else is a name, and names repeat
+    (every resubmit keeps the name), so it means the newest job of that name in the workspace."""
     bare = ref.removeprefix("#")
-    if not bare.isdigit():
-        raise invalid("JOB", f"a job is named by its id (a number), got {ref!r}")
-    return int(bare)
+    if bare.isdigit():
+        return int(bare)
+    ws = chosen_workspace(api, workspace)
+    newest = next(iter(api.list_jobs(name=ref, workspace_id=ws)), None)
+    if newest is None:
+        where = "your workspaces" if ws is None else "the workspace"
+        raise CliError("not_found", f"no job named {ref!r} in {where} (`aicenter job list` shows them)")
+    return newest.id
+
+
+def _names_workspace(text: str, overrides: list[str] | None) -> bool:
+    """Whether the spec (or a ``--set``) names its workspace: it then wins over the profile's default one."""
+    from aicenter.core.errors import AicenterError
+    from aicenter.core.jobs import load_document
+
+    if any(o.partition("=")[0].strip() == "workspace" for o in overrides or ()):
+        return True
+    try:
+        document = load_document(text)
+    except AicenterError:
+        return False  # the server reports the syntax error, with its line
+    return isinstance(document, dict) and document.get("workspace") is not None
 
 
 def _read_spec(path: Path) -> str:
@@ -212,7 +248,7 @@ def submit(
     """Submit a job from a spec file."""
     text = _read_spec(spec)
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)
         job = api.submit_job(text, set_ or (), workspace_id=ws)
         if follow:
             typer.echo(f"job {job.id} {job.status}", err=True)
@@ -233,17 +269,17 @@ def list_(
     if limit < 1:
         raise invalid("--limit", "must be at least 1")
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = chosen_workspace(api, workspace)
         jobs = api.list_jobs(status=status, workspace_id=ws, user=user, kind=kind)
         shown = [job for _, job in zip(range(limit), jobs, strict=False)]
     out.show(shown, output, _JOB_COLUMNS)
 
 
 @job_app.command("get")
-def get(job: JobArg, output: OutputOpt = Output.table) -> None:
+def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """A job: status and pending reason, tasks, replicas (node, devices), events."""
     with client() as api:
-        found = api.get_job(_job_id(job))
+        found = api.get_job(_job_id(api, job, workspace))
     if output is not Output.table:
         out.show(found, output)
         return
@@ -263,28 +299,31 @@ def logs(
     task: TaskOpt = None,
     replica: ReplicaOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the replica ends.")] = False,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """A replica's output, each line prefixed by its UTC time."""
     with client() as api:
-        _stream_logs(api, _job_id(job), task, replica, follow)
+        _stream_logs(api, _job_id(api, job, workspace), task, replica, follow)
 
 
 @job_app.command("events")
-def events(job: JobArg, output: OutputOpt = Output.table) -> None:
+def events(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """The job's status changes: when, from, to, by whom, why."""
     with client() as api:
-        out.show(api.job_events(_job_id(job)), output, _EVENT_COLUMNS)
+        out.show(api.job_events(_job_id(api, job, workspace)), output, _EVENT_COLUMNS)
 
 
 @job_app.command("stop")
 def stop(
     job: JobArg,
     force: Annotated[bool, typer.Option("--force", help="As a platform admin: stop any job.")] = False,
+    workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Stop a job: its replicas get SIGTERM, then SIGKILL after a grace period."""
     with client() as api:
-        stopped = api.force_stop_job(_job_id(job)) if force else api.stop_job(_job_id(job))
+        job_id = _job_id(api, job, workspace)
+        stopped = api.force_stop_job(job_id) if force else api.stop_job(job_id)
     if output is Output.table:
         typer.echo(f"job {stopped.id} {_status(stopped)}" + ("" if stopped.status in FINISHED else " (stopping)"))
     else:
@@ -296,11 +335,12 @@ def resubmit(
     job: JobArg,
     set_: SetOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Then stream its logs until it ends.")] = False,
+    workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Submit a copy of a job (to its workspace), with --set changes."""
     with client() as api:
-        new = api.resubmit_job(_job_id(job), set_ or ())
+        new = api.resubmit_job(_job_id(api, job, workspace), set_ or ())
         if follow:
             typer.echo(f"job {new.id} {new.status}", err=True)
             raise typer.Exit(_follow(api, new.id))
@@ -308,11 +348,11 @@ def resubmit(
 
 
 @job_app.command("delete")
-def delete(job: JobArg, yes: YesOpt = False, output: OutputOpt = Output.table) -> None:
+def delete(job: JobArg, workspace: WorkspaceOpt = None, yes: YesOpt = False, output: OutputOpt = Output.table) -> None:
     """Delete a finished job and its records."""
-    job_id = _job_id(job)
-    confirm(f"Delete job {job_id}?", yes)
     with client() as api:
+        job_id = _job_id(api, job, workspace)
+        confirm(f"Delete job {job_id}" + ("?" if job.removeprefix("#") == str(job_id) else f" ({job})?"), yes)
         api.delete_job(job_id)
     out.done(f"Deleted job {job_id}.", output)
 
@@ -321,7 +361,7 @@ def delete(job: JobArg, yes: YesOpt = False, output: OutputOpt = Output.table) -
 
 
 def _template(api: Client, ref: str, workspace: str | None) -> int:
-    ws = workspace_id(api, workspace) if workspace else None
+    ws = chosen_workspace(api, workspace)
     return pick("template", ref, api.list_templates(workspace_id=ws), lambda t: t.name, lambda t: t.id).id
 
 
@@ -347,7 +387,7 @@ def template_save(
             raise invalid("SPEC", "a job spec is a mapping of fields (kind, name, tasks, ...)")
         source = apply_overrides(document, set_)
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)
         saved = api.create_template(
             name,
             source,
@@ -361,7 +401,7 @@ def template_save(
 def template_list(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """Templates of your workspaces."""
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = chosen_workspace(api, workspace)
         out.show(list(api.list_templates(workspace_id=ws)), output, _TEMPLATE_COLUMNS)
 
 
