@@ -175,6 +175,29 @@ def _read_spec(path: Path) -> str:
         raise invalid("SPEC", f"{path}: cannot be read ({exc})") from None
 
 
+EXAMPLE_SPEC = """\
+# A job spec: `aicenter job submit job.yaml` sends it; every field is described in docs/jobs.md.
+# Lines starting with # are comments: uncomment a field to use it.
+kind: train
+name: my-first-job                # lower-case letters, digits, '.', '_', '-'; `aicenter job get my-first-job`
+# workspace: vision               # default: -w, else `aicenter workspace use`, else your default workspace
+# image: pytorch-cpu:1            # a catalog image version; default "host": the server's own Python
+# algorithm: my-code:1            # your code (`aicenter algorithm push DIR -n my-code`), at $AICENTER_CODE_DIR
+# datasets: [my-data:1]           # read-only under $AICENTER_DATA_DIR/<name>
+# framework: pytorch              # pytorch | tensorflow | paddle | mindspore | mpi | none (default)
+tasks:
+  - name: worker
+    replicas: 1                   # processes, each on one node with the resources below
+    resources: {cpu: 1, memory: 1Gi}  # or {spec: NAME} from `aicenter spec list`; GPUs: gpu: 1, gpu_type: ...
+    command: >-
+      python -c "import platform; print('hello from', platform.node())"
+# env: {EPOCHS: "3"}              # environment variables of every replica
+# priority: normal                # low | normal | high | urgent
+# retry: {max_restarts: 3, on: [node_lost, error, preempted]}
+# output_model: my-model          # files left in $AICENTER_OUTPUT_DIR become a version of this model
+"""
+
+
 # -- following -------------------------------------------------------------------------------------------------
 
 
@@ -235,7 +258,25 @@ def _follow(api: Client, job_id: int, task: str | None = None, replica: int | No
 # -- commands --------------------------------------------------------------------------------------------------
 
 
-@job_app.command("submit")
+@job_app.command("init")
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write it; - prints it.")] = Path("job.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the file if it exists.")] = False,
+) -> None:
+    """Write a commented example job spec to edit and submit."""
+    if str(path) == "-":
+        typer.echo(EXAMPLE_SPEC, nl=False)
+        return
+    if path.exists() and not force:
+        raise CliError("conflict", f"{path} exists; pass --force to overwrite it", exit_code=1)
+    try:
+        path.write_text(EXAMPLE_SPEC, encoding="utf-8")
+    except OSError as exc:
+        raise invalid("PATH", f"{path}: cannot be written ({exc})") from None
+    typer.echo(f"Wrote {path}: edit it, then `aicenter job submit {path}`.")
+
+
+@job_app.command("submit", epilog="`aicenter job init` writes a commented example spec; docs/jobs.md has every field.")
 def submit(
     spec: Annotated[Path, typer.Argument(help="The job spec (YAML or JSON); - reads standard input.")],
     set_: SetOpt = None,
@@ -245,7 +286,7 @@ def submit(
     ] = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Submit a job from a spec file."""
+    """Submit a job from a spec file (`aicenter job init` writes an example to start from)."""
     text = _read_spec(spec)
     with client() as api:
         ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)

@@ -427,4 +427,11 @@ def audit_list(
             since=since,
             until=until,
         )
-        out.show(list(islice(events, limit)), output, _AUDIT_COLUMNS)
+        shown = list(islice(events, limit))
+        columns = _AUDIT_COLUMNS
+        if output is Output.table and any(e.workspace_id is not None for e in shown):
+            # Names, not ids; a deleted workspace keeps its id (the audit log outlives it).
+            names = {w.id: w.name for w in api.list_workspaces()}
+            where: out.Column = ("WORKSPACE", lambda e: names.get(e.workspace_id, e.workspace_id))
+            columns = [where if header == "WORKSPACE" else (header, get) for header, get in _AUDIT_COLUMNS]
+        out.show(shown, output, columns)

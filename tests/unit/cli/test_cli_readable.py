@@ -1,0 +1,81 @@
+"""What a new user reads: every validation problem, an example spec to start from, tables in units and names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.cli.conftest import Run
+from tests.unit.cli.test_cli import as_json
+
+THREE_MISTAKES = """\
+name: three-mistakes
+tasks:
+  - name: worker
+    resources: {cpu: 1, memory: 8Gx}
+    replicas: 0
+    command: echo hi
+priority: bogus
+"""
+
+
+def test_every_validation_problem_is_printed(admin_cli: Run, tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(THREE_MISTAKES)
+    result = admin_cli("job", "submit", str(spec))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error: validation_failed: "), result.stderr
+    assert len(lines) == 3, result.stderr
+    for field in ("tasks[0].replicas", "tasks[0].resources.memory", "priority"):
+        assert sum(field in line for line in lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_job_init_writes_a_commented_spec_that_submits(admin_cli: Run, tmp_path: Path) -> None:
+    assert "aicenter job init" in admin_cli("job", "submit", "--help").stdout
+    assert admin_cli("node", "create", "readable-init-node", "--cpu", "8", "--memory", "16Gi").exit_code == 0
+    path = tmp_path / "job.yaml"
+    written = admin_cli("job", "init", str(path))
+    assert written.exit_code == 0, written.output
+    text = path.read_text()
+    assert text.count("\n# ") >= 5  # the optional fields are there, commented out
+    job = as_json(admin_cli("job", "submit", str(path), "-o", "json"))
+    assert job["status"] in ("pending", "queued")  # type: ignore[index]
+    assert admin_cli("job", "stop", str(job["id"])).exit_code == 0  # type: ignore[index]
+    again = admin_cli("job", "init", str(path))
+    assert again.exit_code == 1
+    assert "--force" in again.stderr
+    assert admin_cli("job", "init", "-").stdout == text
+
+
+def test_tables_show_readable_units_and_names(admin_cli: Run) -> None:
+    node = admin_cli("node", "create", "odd-memory", "--cpu", "8", "--memory", "24683664Ki")
+    assert node.exit_code == 0, node.output
+    listed = admin_cli("node", "list").stdout
+    row = next(line for line in listed.splitlines() if "odd-memory" in line)
+    assert "23.54Gi" in row and "Ki" not in row
+
+    assert admin_cli("pool", "create", "readable-pool", "--selector", "tier=x").exit_code == 0
+    created = admin_cli(
+        "spec", "create", "pooled-spec", "--cpu", "2", "--memory", "4Gi", "--price", "1", "--pool", "readable-pool"
+    )
+    assert created.exit_code == 0, created.output
+    row = next(line for line in admin_cli("spec", "list").stdout.splitlines() if "pooled-spec" in line)
+    assert "readable-pool" in row
+    assert "readable-pool" in admin_cli("spec", "get", "pooled-spec").stdout
+
+    assert admin_cli("workspace", "create", "audited-ws").exit_code == 0
+    audit = admin_cli("audit", "list", "-w", "audited-ws", "--action", "workspace.create").stdout
+    row = next(line for line in audit.splitlines() if "workspace.create" in line)
+    assert "audited-ws" in row.split("workspace.create", 1)[1]
+
+
+def test_the_output_option_may_come_before_the_command(admin_cli: Run) -> None:
+    result = admin_cli("-o", "json", "workspace", "list")
+    assert result.exit_code == 0, result.output
+    assert isinstance(json.loads(result.stdout), list)
+    assert isinstance(json.loads(admin_cli("--output=yaml", "-o", "json", "whoami").stdout), dict)
+    nowhere = admin_cli("-o", "json", "job", "logs", "1")
+    assert nowhere.exit_code == 2
+    assert "aicenter job logs --help" in nowhere.stderr
