@@ -79,3 +79,23 @@ def test_the_output_option_may_come_before_the_command(admin_cli: Run) -> None:
     nowhere = admin_cli("-o", "json", "job", "logs", "1")
     assert nowhere.exit_code == 2
     assert "aicenter job logs --help" in nowhere.stderr
+
+
+def test_the_rest_body_in_the_jobs_guide_is_what_the_api_takes(admin_cli: Run, server_url: str, home: Path) -> None:
+    import re
+    import tomllib
+
+    import httpx
+
+    guide = (Path(__file__).parents[3] / "docs" / "jobs.md").read_text()
+    assert "POST /api/v1/jobs\n" in guide, "docs/jobs.md shows no request for POST /api/v1/jobs"
+    request = guide.split("POST /api/v1/jobs\n", 1)[1].split("```", 1)[0]
+    example = re.search(r"^(\{$.*^\})$", request, re.S | re.M)
+    assert example is not None, "docs/jobs.md shows no body for POST /api/v1/jobs"
+    assert admin_cli("node", "create", "rest-doc-node", "--cpu", "8", "--memory", "16Gi").exit_code == 0
+    token = tomllib.loads((home / "config.toml").read_text())["profiles"]["default"]["token"]
+    created = httpx.post(
+        f"{server_url}/api/v1/jobs", json=json.loads(example.group(1)), headers={"Authorization": f"Bearer {token}"}
+    )
+    assert created.status_code == 201, created.text
+    assert admin_cli("job", "stop", str(created.json()["id"])).exit_code == 0
