@@ -54,7 +54,8 @@ def test_tables_show_readable_units_and_names(admin_cli: Run) -> None:
     assert node.exit_code == 0, node.output
     listed = admin_cli("node", "list").stdout
     row = next(line for line in listed.splitlines() if "odd-memory" in line)
-    assert "23.54Gi" in row and "Ki" not in row
+    assert "23.54Gi" in row
+    assert "Ki" not in row
 
     assert admin_cli("pool", "create", "readable-pool", "--selector", "tier=x").exit_code == 0
     created = admin_cli(

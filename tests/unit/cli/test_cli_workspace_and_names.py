@@ -37,11 +37,13 @@ def test_a_job_is_named_by_its_name_newest_first(admin_cli: Run, tmp_path: Path)
     second = _submit(admin_cli, tmp_path, "named-job")
     assert as_json(admin_cli("job", "get", "named-job", "-o", "json"))["id"] == second["id"]  # type: ignore[index]
     events = as_json(admin_cli("job", "events", "named-job", "-o", "json"))
-    assert isinstance(events, list) and events
+    assert isinstance(events, list)
+    assert events
     stopped = as_json(admin_cli("job", "stop", "named-job", "-o", "json"))
     assert stopped["id"] == second["id"]  # type: ignore[index]
     resubmitted = as_json(admin_cli("job", "resubmit", "named-job", "-o", "json"))
-    assert resubmitted["name"] == "named-job" and resubmitted["id"] > second["id"]  # type: ignore[index,operator]
+    assert resubmitted["name"] == "named-job"  # type: ignore[index]
+    assert resubmitted["id"] > second["id"]  # type: ignore[index,operator]
     assert admin_cli("job", "stop", str(resubmitted["id"])).exit_code == 0  # type: ignore[index]
     admin_cli("job", "stop", str(first["id"]))
     assert as_json(admin_cli("job", "get", f"#{first['id']}", "-o", "json"))["id"] == first["id"]  # type: ignore[index]
