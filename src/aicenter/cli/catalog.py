@@ -39,6 +39,14 @@ BUILD_POLL_S = 2.0
 RefArg = Annotated[str, typer.Argument(help="name:3, name (latest), owner/name:3, preset/name:2 or #<version id>.")]
 NameArg = Annotated[str, typer.Argument(help="The item's name (preset/NAME for a preset, or an id).")]
 WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", "-w", help="Workspace name or id.")]
+ListWorkspaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="With --scope workspace: shared with this workspace; otherwise: items whose home workspace it is.",
+    ),
+]
 ProgressOpt = Annotated[
     bool | None,
     typer.Option("--progress/--no-progress", help="Show a progress bar on stderr (default: when it is a terminal)."),
@@ -48,7 +56,9 @@ _ITEM_COLUMNS: list[out.Column] = [
     ("ID", lambda i: i.id),
     ("NAME", lambda i: f"preset/{i.name}" if i.is_preset else i.name),
     ("OWNER", lambda i: i.owner_name),
-    ("WORKSPACE", lambda i: i.workspace_name),
+    # Its home: where it is stored and counted against the quota. Not who may see it: --scope workspace lists
+    # items with a version *shared with* one of your workspaces, whatever their home.
+    ("HOME WORKSPACE", lambda i: i.workspace_name),
     ("VERSIONS", lambda i: i.version_count),
     ("LATEST", lambda i: i.latest_version),
     ("TAGS", lambda i: ",".join(i.tags)),
@@ -178,10 +188,16 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
 
     @app.command("list")
     def list_(
-        scope: Annotated[str, typer.Option(help="mine, workspace, public, preset or all (platform admins).")] = "mine",
+        scope: Annotated[
+            str,
+            typer.Option(
+                help="mine (yours), workspace (a version shared with one of your workspaces), public, preset, "
+                "or all (platform admins)."
+            ),
+        ] = "mine",
         q: Annotated[str | None, typer.Option("--query", "-q", help="Substring of name or description.")] = None,
         tag: Annotated[str | None, typer.Option(help="Only items with this tag.")] = None,
-        workspace: WorkspaceOpt = None,
+        workspace: ListWorkspaceOpt = None,
         output: OutputOpt = Output.table,
     ) -> None:
         """Items, by default your own."""

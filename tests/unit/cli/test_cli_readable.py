@@ -100,3 +100,10 @@ def test_the_rest_body_in_the_jobs_guide_is_what_the_api_takes(admin_cli: Run, s
     )
     assert created.status_code == 201, created.text
     assert admin_cli("job", "stop", str(created.json()["id"])).exit_code == 0
+
+
+def test_catalog_lists_name_the_home_workspace_apart_from_the_shared_scope(admin_cli: Run) -> None:
+    assert admin_cli("dataset", "create", "home-ws-data").exit_code == 0
+    header = admin_cli("dataset", "list").stdout.splitlines()[0]
+    assert "HOME WORKSPACE" in header
+    assert "shared with one of your workspaces" in " ".join(admin_cli("dataset", "list", "--help").stdout.split())
