@@ -32,6 +32,7 @@ from aicenter.services.catalog._content import archive_entries, get_file, list_f
 from aicenter.services.catalog._imports import create_version_from_directory, import_directory
 from aicenter.services.catalog._items import SORTS, UNSET, create_item, delete_item, get_item, list_items, update_item
 from aicenter.services.catalog._quota import StorageUsage, set_storage_quota, storage_usage
+from aicenter.services.catalog._refs import reference, version_reference
 from aicenter.services.catalog._resolve import parse_ref, resolve_version
 from aicenter.services.catalog._storage_admin import GcResult, referenced_blobs, run_fsck, run_gc
 from aicenter.services.catalog._uploads import (
@@ -130,6 +131,7 @@ __all__ = [
     "rebuild",
     "receive_bundle",
     "receive_part",
+    "reference",
     "referenced_blobs",
     "renew_build",
     "requeue_build",
@@ -143,6 +145,7 @@ __all__ = [
     "unshare_version",
     "update_item",
     "update_version",
+    "version_reference",
     "version_users",
     "version_view",
     "version_views",
