@@ -78,7 +78,7 @@ _JOB_DETAIL: list[out.Column] = [
     ("framework", lambda j: j.spec.get("framework")),
     ("restarts", lambda j: j.restart_count),
     ("submitted", lambda j: j.submitted_at),
-    ("started", lambda j: j.started_at),
+    ("started", lambda j: _started(j)),
     ("finished", lambda j: j.finished_at),
 ]
 _TASK_COLUMNS: list[out.Column] = [
@@ -121,9 +121,16 @@ _TEMPLATE_COLUMNS: list[out.Column] = [
 
 def _status(job: Job) -> str:
     if job.failure_reason and job.status in ("failed", "stopped"):
-        code = f", exit {job.exit_code}" if job.exit_code not in (None, 0) else ""
-        return f"{job.status} ({job.failure_reason}{code})"
+        code = f"exit {job.exit_code}" if job.exit_code not in (None, 0) else ""
+        # "stopped (stopped)" says nothing twice: the reason is shown only when it adds something.
+        detail = ", ".join(p for p in (job.failure_reason if job.failure_reason != job.status else "", code) if p)
+        return f"{job.status} ({detail})" if detail else job.status
     return job.status
+
+
+def _started(job: Job) -> Any:
+    """When the job started; one that failed while starting never ran, but its replicas did start."""
+    return job.started_at or min((r.started_at for r in job.replicas if r.started_at), default=None)
 
 
 def _resources(values: dict[str, Any]) -> str:

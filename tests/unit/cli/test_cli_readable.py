@@ -107,3 +107,16 @@ def test_catalog_lists_name_the_home_workspace_apart_from_the_shared_scope(admin
     header = admin_cli("dataset", "list").stdout.splitlines()[0]
     assert "HOME WORKSPACE" in header
     assert "shared with one of your workspaces" in " ".join(admin_cli("dataset", "list", "--help").stdout.split())
+
+
+def test_a_stopped_job_says_stopped_once(admin_cli: Run, tmp_path: Path) -> None:
+    assert admin_cli("node", "create", "stop-once-node", "--cpu", "8", "--memory", "16Gi").exit_code == 0
+    path = tmp_path / "job.yaml"
+    assert admin_cli("job", "init", str(path)).exit_code == 0
+    job = as_json(admin_cli("job", "submit", str(path), "-o", "json"))
+    stopped = admin_cli("job", "stop", str(job["id"]))  # type: ignore[index]
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped (stopped" not in stopped.stdout
+    assert f"job {job['id']} stopped" in stopped.stdout  # type: ignore[index]
+    row = next(line for line in admin_cli("job", "list").stdout.splitlines() if line.split()[0] == str(job["id"]))  # type: ignore[index]
+    assert "stopped (stopped" not in row

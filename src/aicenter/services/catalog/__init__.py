@@ -31,6 +31,7 @@ from aicenter.services.catalog._builds import (
 from aicenter.services.catalog._content import archive_entries, get_file, list_files, preview
 from aicenter.services.catalog._imports import create_version_from_directory, import_directory
 from aicenter.services.catalog._items import SORTS, UNSET, create_item, delete_item, get_item, list_items, update_item
+from aicenter.services.catalog._links import VersionLink, version_links
 from aicenter.services.catalog._quota import StorageUsage, set_storage_quota, storage_usage
 from aicenter.services.catalog._refs import reference, version_reference
 from aicenter.services.catalog._resolve import parse_ref, resolve_version
@@ -89,6 +90,7 @@ __all__ = [
     "Preview",
     "StorageUsage",
     "UploadView",
+    "VersionLink",
     "VersionView",
     "abort_upload",
     "add_version",
@@ -145,6 +147,7 @@ __all__ = [
     "unshare_version",
     "update_item",
     "update_version",
+    "version_links",
     "version_reference",
     "version_users",
     "version_view",

@@ -291,6 +291,8 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         tasks=tasks,
         replicas=[r for r in view.replicas if r.attempt == latest],
         earlier=[r for r in view.replicas if r.attempt != latest],
+        # A job that fails while starting never reaches running (the job's started_at); its replicas did start.
+        started=job.started_at or min((r.started_at for r in view.replicas if r.started_at), default=None),
         badges=BADGES,
         finished=job.status in FINISHED,
     )
