@@ -87,7 +87,7 @@ _VERSION_DETAIL: list[out.Column] = [
     ("metadata", lambda v: v.metadata),
     ("description", lambda v: v.description),
     ("created", lambda v: f"{out.when(v.created_at)} by {v.created_by_name}"),
-    ("copied from", lambda v: v.copied_from_id),
+    ("copied from", lambda v: f"#{v.copied_from_id}" if v.copied_from_id else None),  # a reference, as typed
 ]
 _BUILD_DETAIL: list[out.Column] = [
     ("state", lambda b: b.state),

@@ -16,7 +16,7 @@ from aicenter.core.catalog import ItemKind
 from aicenter.core.jobs import FailureReason, JobStatus
 from aicenter.db.engine import Database
 from aicenter.db.models import Node, Replica, ResourceSpec
-from aicenter.services import jobs
+from aicenter.services import catalog, jobs
 from aicenter.services.context import Actor
 from aicenter.services.inventory import ensure_default_pool
 from tests.factories import Login, make_user
@@ -93,3 +93,17 @@ async def test_a_models_lineage_links_to_the_job_and_the_versions_it_read(
     assert f'href="/algorithms/{code.id}/versions/1" data-testid="lineage-algorithm">linreg:1<' in facts
     assert f'href="/datasets/{data.id}/versions/1" data-testid="lineage-dataset">linreg-data:1<' in facts
     assert "algorithm_version_id" not in page  # no raw JSON
+
+
+async def test_a_copy_names_its_source_as_a_reference(
+    alice: Login, db: Database, open_browser: OpenBrowser, tmp_path: Path
+) -> None:
+    actor = Actor(alice.user_id, "alice")
+    store = make_store(tmp_path)
+    source = await new_item(db, actor, "source-data")
+    await new_version(db, actor, source.id, entries(store, {"a.csv": b"a\n"}))
+    async with db.write() as session:
+        copy = await catalog.copy_version(session, actor, ItemKind.DATASET, source.id, 1, name="copied-data")
+    page = (await (await open_browser("alice")).get(f"/datasets/{copy.item_id}/versions/{copy.number}")).text
+    fact = page.split('data-testid="version-copied-from">', 1)[1].split("</dd>", 1)[0]
+    assert fact == f'<a href="/datasets/{source.id}/versions/1">source-data:1</a>'

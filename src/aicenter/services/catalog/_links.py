@@ -40,7 +40,7 @@ async def version_links(session: AsyncSession, actor: Actor, version_ids: Iterab
     )
     if not actor.is_platform_admin:
         stmt = stmt.where(version_visible(actor))
-    pairs = [(item, version) for item, version in (await session.execute(stmt)).tuples()]
+    pairs = [(item, version) for item, version in (await session.execute(stmt)).all()]
     views = await version_views(session, actor, pairs)
     return {
         version.id: VersionLink(version.id, ItemKind(item.kind), item.id, version.number, view.ref)

@@ -136,6 +136,8 @@ async def _version(
         if kind is ItemKind.IMAGE:
             build = await _build(session, cx, item_id, number)
         lineage = await _lineage(session, cx, version.metadata.get("lineage"))
+        source = version.copied_from_id
+        copied_from = (await catalog.version_links(session, cx.actor, [source])).get(source) if source else None
     owner = can_change(cx, item)
     return render(
         cx,
@@ -154,6 +156,7 @@ async def _version(
         content_blocked=content_blocked,
         build=build,
         lineage=lineage,
+        copied_from=copied_from,
         can_change=owner,
         can_share=owner and not item.is_preset,
         share_workspaces=[(m.workspace.id, m.workspace.name) for m in cx.workspaces],
