@@ -221,10 +221,15 @@ def test_openb_pods_with_only_the_resource_columns(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "openb_pod_list_resources.csv",
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-        "p-1,8000,16384,1,500\n"
-        "p-2,4000,8192,2,1000\n"
-        "p-3,1000,1024,0,0\n",
+        "\n".join(
+            [
+                "name,cpu_milli,memory_mib,num_gpu,gpu_milli",
+                "p-1,8000,16384,1,500",
+                "p-2,4000,8192,2,1000",
+                "p-3,1000,1024,0,0",
+            ]
+        )
+        + "\n",
     )
     assert detect_format(path) == "openb"
     trace = load_trace(path)
