@@ -128,6 +128,16 @@ def _status(job: Job) -> str:
     return job.status
 
 
+def _model_reference(api: Client, version_id: int) -> str:
+    """``linreg-model:1`` for the saved output model version (by id), as it is written in specs."""
+    from aicenter.client import ApiError
+
+    try:
+        return api.resolve("model", f"#{version_id}").ref
+    except ApiError:  # deleted since, or not visible to me
+        return f"#{version_id}"
+
+
 def _started(job: Job) -> Any:
     """When the job started; one that failed while starting never ran, but its replicas did start."""
     return job.started_at or min((r.started_at for r in job.replicas if r.started_at), default=None)
@@ -328,10 +338,14 @@ def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.
     """A job: status and pending reason, tasks, replicas (node, devices), events."""
     with client() as api:
         found = api.get_job(_job_id(api, job, workspace))
+        saved = None
+        if output is Output.table and found.output_model_version_id is not None:
+            saved = _model_reference(api, found.output_model_version_id)
     if output is not Output.table:
         out.show(found, output)
         return
-    out.show(found, output, _JOB_DETAIL)
+    detail = [*_JOB_DETAIL, ("output model", lambda j: saved)] if saved else _JOB_DETAIL
+    out.show(found, output, detail)
     for title, rows, columns in (
         ("Tasks", found.spec.get("tasks", []), _TASK_COLUMNS),
         ("Replicas", found.replicas, _REPLICA_COLUMNS),

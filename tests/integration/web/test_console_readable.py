@@ -107,3 +107,18 @@ async def test_a_copy_names_its_source_as_a_reference(
     page = (await (await open_browser("alice")).get(f"/datasets/{copy.item_id}/versions/{copy.number}")).text
     fact = page.split('data-testid="version-copied-from">', 1)[1].split("</dd>", 1)[0]
     assert fact == f'<a href="/datasets/{source.id}/versions/1">source-data:1</a>'
+
+
+async def test_a_jobs_page_links_its_saved_model_by_reference(
+    alice: Login, db: Database, open_browser: OpenBrowser, tmp_path: Path
+) -> None:
+    actor = Actor(alice.user_id, "alice")
+    store = make_store(tmp_path)
+    model = await new_item(db, actor, "linreg-model", kind=ItemKind.MODEL)
+    await new_version(db, actor, model.id, entries(store, {"w.bin": b"1"}), kind=ItemKind.MODEL)
+    saved = await new_version(db, actor, model.id, entries(store, {"w.bin": b"2"}), kind=ItemKind.MODEL)
+    async with db.write() as session:
+        view = await jobs.submit_job(session, actor, {**SPEC, "output_model": "linreg-model"})
+        view.job.output_model_version_id = saved.id  # what the reconciler records when the job succeeds
+    page = (await (await open_browser("alice")).get(f"/jobs/{view.job.id}")).text
+    assert f'href="/models/{model.id}/versions/2" data-testid="job-saved-model">linreg-model:2<' in page

@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.unit.cli.conftest import Run
+from tests.unit.cli.live_server import live_server
 from tests.unit.cli.test_cli import as_json
+
+
+@pytest.fixture(scope="module")
+def server_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cli-readable-server")
+
+
+@pytest.fixture(scope="module")
+def server_url(server_home: Path) -> Iterator[str]:
+    """The module's server, on a home the tests can reach (its SQLite database)."""
+    with live_server(server_home) as url:
+        yield url
+
 
 THREE_MISTAKES = """\
 name: three-mistakes
@@ -120,3 +138,21 @@ def test_a_stopped_job_says_stopped_once(admin_cli: Run, tmp_path: Path) -> None
     assert f"job {job['id']} stopped" in stopped.stdout  # type: ignore[index]
     row = next(line for line in admin_cli("job", "list").stdout.splitlines() if line.split()[0] == str(job["id"]))  # type: ignore[index]
     assert "stopped (stopped" not in row
+
+
+def test_job_get_names_the_saved_model_as_a_reference(admin_cli: Run, tmp_path: Path, server_home: Path) -> None:
+    assert admin_cli("node", "create", "saved-model-node", "--cpu", "8", "--memory", "16Gi").exit_code == 0
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "w.bin").write_bytes(b"w")
+    for _ in range(2):  # version 2, whose id is not 2 once other versions exist
+        pushed = as_json(admin_cli("model", "push", str(tmp_path / "weights"), "-n", "linreg-model", "-o", "json"))
+    path = tmp_path / "job.yaml"
+    assert admin_cli("job", "init", str(path)).exit_code == 0
+    job = as_json(admin_cli("job", "submit", str(path), "-o", "json"))
+    # What the reconciler records when the job's output became that version (no controller runs here).
+    with sqlite3.connect(server_home / "aicenter.db") as db:
+        db.execute("UPDATE jobs SET output_model_version_id = ? WHERE id = ?", (pushed["id"], job["id"]))  # type: ignore[index]
+    shown = admin_cli("job", "get", str(job["id"])).stdout  # type: ignore[index]
+    row = next(line for line in shown.splitlines() if line.startswith("output model"))
+    assert row.split()[-1] == "linreg-model:2"
+    admin_cli("job", "stop", str(job["id"]))  # type: ignore[index]
