@@ -67,7 +67,15 @@ def login(
             api.token = existing.token
             with contextlib.suppress(ApiError):  # already expired or revoked
                 api.logout()
-    cfg.profiles[name] = Profile(name=name, server=server, token=result.token, username=result.user.username)
+    # The default workspace belongs to this account on this server: kept when the same user logs in again.
+    same = existing is not None and existing.server == server and existing.username == result.user.username
+    cfg.profiles[name] = Profile(
+        name=name,
+        server=server,
+        token=result.token,
+        username=result.user.username,
+        workspace=existing.workspace if same and existing else None,
+    )
     cfg.current = name
     cfg.save()
     if output is Output.table:
@@ -111,21 +119,26 @@ def whoami(output: OutputOpt = Output.table) -> None:
         if output is not Output.table:
             out.show(user, output)
             return
+        names: dict[int, str] = {}
         try:
-            workspaces = ", ".join(f"{w.workspace.name} ({w.role})" for w in api.my_workspaces())
+            mine = api.my_workspaces()
+            names = {w.workspace.id: w.workspace.name for w in mine}
+            workspaces = ", ".join(f"{w.workspace.name} ({w.role})" for w in mine)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             workspaces = "?"
+        active = CliConfig.load().active(STATE.profile)
         rows: list[out.Column] = [
             ("user", lambda u: u.username),
             ("name", lambda u: u.display_name),
             ("platform admin", lambda u: u.is_platform_admin),
             ("state", lambda u: u.state),
             ("workspaces", lambda u: workspaces),
-            ("default workspace", lambda u: u.default_workspace_id),
+            ("default workspace", lambda u: names.get(u.default_workspace_id, u.default_workspace_id)),
+            ("profile workspace", lambda u: active.workspace or "-"),
             ("server", lambda u: api.base_url),
-            ("profile", lambda u: CliConfig.load().active(STATE.profile).name),
+            ("profile", lambda u: active.name),
         ]
         out.show(user, output, rows)
 

@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from aicenter.cli import output as out
-from aicenter.cli.common import CliError, Output, OutputOpt, YesOpt, client, confirm, invalid, pairs, workspace_id
+from aicenter.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    YesOpt,
+    chosen_workspace,
+    client,
+    confirm,
+    invalid,
+    pairs,
+    workspace_id,
+)
 
 if TYPE_CHECKING:
     from aicenter.client import Client
@@ -28,6 +39,14 @@ BUILD_POLL_S = 2.0
 RefArg = Annotated[str, typer.Argument(help="name:3, name (latest), owner/name:3, preset/name:2 or #<version id>.")]
 NameArg = Annotated[str, typer.Argument(help="The item's name (preset/NAME for a preset, or an id).")]
 WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", "-w", help="Workspace name or id.")]
+ListWorkspaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="With --scope workspace: shared with this workspace; otherwise: items whose home workspace it is.",
+    ),
+]
 ProgressOpt = Annotated[
     bool | None,
     typer.Option("--progress/--no-progress", help="Show a progress bar on stderr (default: when it is a terminal)."),
@@ -37,7 +56,9 @@ _ITEM_COLUMNS: list[out.Column] = [
     ("ID", lambda i: i.id),
     ("NAME", lambda i: f"preset/{i.name}" if i.is_preset else i.name),
     ("OWNER", lambda i: i.owner_name),
-    ("WORKSPACE", lambda i: i.workspace_name),
+    # Its home: where it is stored and counted against the quota. Not who may see it: --scope workspace lists
+    # items with a version *shared with* one of your workspaces, whatever their home.
+    ("HOME WORKSPACE", lambda i: i.workspace_name),
     ("VERSIONS", lambda i: i.version_count),
     ("LATEST", lambda i: i.latest_version),
     ("TAGS", lambda i: ",".join(i.tags)),
@@ -66,7 +87,7 @@ _VERSION_DETAIL: list[out.Column] = [
     ("metadata", lambda v: v.metadata),
     ("description", lambda v: v.description),
     ("created", lambda v: f"{out.when(v.created_at)} by {v.created_by_name}"),
-    ("copied from", lambda v: v.copied_from_id),
+    ("copied from", lambda v: f"#{v.copied_from_id}" if v.copied_from_id else None),  # a reference, as typed
 ]
 _BUILD_DETAIL: list[out.Column] = [
     ("state", lambda b: b.state),
@@ -167,10 +188,16 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
 
     @app.command("list")
     def list_(
-        scope: Annotated[str, typer.Option(help="mine, workspace, public, preset or all (platform admins).")] = "mine",
+        scope: Annotated[
+            str,
+            typer.Option(
+                help="mine (yours), workspace (a version shared with one of your workspaces), public, preset, "
+                "or all (platform admins)."
+            ),
+        ] = "mine",
         q: Annotated[str | None, typer.Option("--query", "-q", help="Substring of name or description.")] = None,
         tag: Annotated[str | None, typer.Option(help="Only items with this tag.")] = None,
-        workspace: WorkspaceOpt = None,
+        workspace: ListWorkspaceOpt = None,
         output: OutputOpt = Output.table,
     ) -> None:
         """Items, by default your own."""
@@ -209,7 +236,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
             item = api.create_item(
                 kind,
                 name,
-                workspace_id=workspace_id(api, workspace) if workspace else UNSET,
+                workspace_id=chosen_workspace(api, workspace) or UNSET,
                 description=description if description is not None else UNSET,
                 tags=tag if tag else UNSET,
                 metadata=metadata or UNSET,
@@ -289,7 +316,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
     ) -> None:
         """Upload files as a new version. Re-run the same command to resume an interrupted push."""
         with client() as api:
-            ws = workspace_id(api, workspace) if workspace else None
+            ws = chosen_workspace(api, workspace)
             with progress_bar(progress, f"push {name}") as callback:
                 version = api.push(kind, source, name=name, workspace_id=ws, description=description, progress=callback)
         out.show(version, output, _VERSION_DETAIL if output is Output.table else None)
@@ -363,7 +390,7 @@ def kind_app(kind: str, help_text: str) -> typer.Typer:
         """Copy a version you can read into a new version of your own item (no bytes are copied)."""
         with client() as api:
             version = api.resolve(kind, ref)
-            ws = workspace_id(api, workspace) if workspace else None
+            ws = chosen_workspace(api, workspace)
             copied = api.copy_version(kind, version.item_id, version.number, name=name, workspace_id=ws)
         out.show(copied, output, _VERSION_DETAIL if output is Output.table else None)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 if TYPE_CHECKING:  # the SDK pulls in httpx and pydantic: loaded only by commands that talk to a server
+    from aicenter.cli.config import Profile
     from aicenter.client import Client
 
 T = TypeVar("T")
@@ -55,16 +56,33 @@ def invalid(option: str, message: str) -> CliError:
     return CliError("validation_failed", f"{option}: {message}", field=option, exit_code=2)
 
 
-def client() -> Client:
-    """An SDK client for the active profile."""
+def profile() -> Profile:
+    """The active profile (``--profile``, ``$AICENTER_PROFILE``, the current one)."""
     from aicenter.cli.config import CliConfig
-    from aicenter.client import Client
 
     try:
-        profile = CliConfig.load().active(STATE.profile)
+        return CliConfig.load().active(STATE.profile)
     except ValueError as exc:
         raise CliError("bad_config", str(exc)) from None
-    return Client(profile.server, profile.token)
+
+
+def client() -> Client:
+    """An SDK client for the active profile.
+
+    Raises:
+        CliError: ``not_logged_in`` when the profile has no token: every command that calls the API needs one,
+            and without this check the first request fails as ``connection_failed`` (no profile means the
+            default URL, where usually no server runs) or as a bare 401.
+    """
+    from aicenter.client import Client
+
+    active = profile()
+    if not active.token:
+        raise CliError(
+            "not_logged_in",
+            f"not logged in (profile {active.name!r}); run `aicenter login --server URL` first",
+        )
+    return Client(active.server, active.token)
 
 
 def confirm(question: str, yes: bool) -> None:
@@ -113,7 +131,10 @@ def pick(kind: str, ref: str, items: Iterable[T], name: Callable[[T], str], iden
 
 
 def workspace_id(api: Client, ref: str | None) -> int:
-    """The id of workspace ``ref`` (name or id); None means the signed-in user's default workspace."""
+    """The id of workspace ``ref`` (name or id); None means the profile's workspace (``aicenter workspace use``),
+    else the signed-in user's default workspace."""
+    saved = None if ref else profile().workspace
+    ref = ref or saved
     if ref is None:
         default = api.me().default_workspace_id
         if default is None:
@@ -124,7 +145,16 @@ def workspace_id(api: Client, ref: str | None) -> int:
         return found.id
     if ref.isdigit():
         return int(ref)
-    raise CliError("not_found", f"no workspace named {ref!r} (or you are not a member of it)")
+    hint = " (the profile's default workspace: `aicenter workspace use` changes it)" if saved else ""
+    raise CliError("not_found", f"no workspace named {ref!r} (or you are not a member of it){hint}")
+
+
+def chosen_workspace(api: Client, ref: str | None) -> int | None:
+    """The workspace a command acts in: ``-w`` when given, else the profile's (``aicenter workspace use``), else
+    None, which leaves the choice to the server (the spec's ``workspace``, or the user's default workspace)."""
+    if ref or profile().workspace:
+        return workspace_id(api, ref)
+    return None
 
 
 def user_id(api: Client, ref: str) -> int:

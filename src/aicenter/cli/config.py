@@ -9,6 +9,7 @@ directory, created 0600 from the start, then renamed), never world-readable even
     server = "http://127.0.0.1:8000"
     username = "admin"
     token = "..."
+    workspace = "team-a"   # set by `aicenter workspace use`: commands act in it when -w is not given
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Profile:
     server: str = DEFAULT_SERVER
     token: str | None = None
     username: str | None = None
+    workspace: str | None = None  # the default workspace's name (``aicenter workspace use``)
 
     def as_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {"server": self.server}
@@ -47,6 +49,8 @@ class Profile:
             out["username"] = self.username
         if self.token:
             out["token"] = self.token
+        if self.workspace:
+            out["workspace"] = self.workspace
         return out
 
 
@@ -78,6 +82,7 @@ class CliConfig:
                 server=str(raw.get("server") or DEFAULT_SERVER),
                 token=raw.get("token") or None,
                 username=raw.get("username") or None,
+                workspace=raw.get("workspace") or None,
             )
             for name, raw in (data.get("profiles") or {}).items()
             if isinstance(raw, dict)
@@ -111,7 +116,11 @@ class CliConfig:
         """
         name = override or os.environ.get("AICENTER_PROFILE") or self.current or DEFAULT_PROFILE
         stored = self.profiles.get(name)
-        profile = Profile(name=name) if stored is None else Profile(name, stored.server, stored.token, stored.username)
+        profile = (
+            Profile(name=name)
+            if stored is None
+            else Profile(name, stored.server, stored.token, stored.username, stored.workspace)
+        )
         server = os.environ.get("AICENTER_SERVER") or (None if stored else os.environ.get("AICENTER_API_URL"))
         if server:
             profile.server = server

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from aicenter.cli.common import (
     spec_id,
     workspace_id,
 )
+
+if TYPE_CHECKING:
+    from aicenter.client import Client
 
 node_app = typer.Typer(help="Hosts with CPUs, memory and accelerators (platform admins).", no_args_is_help=True)
 accel_app = typer.Typer(help="Accelerator types such as nvidia-a100 or ascend-910b.", no_args_is_help=True)
@@ -81,7 +84,7 @@ _SPEC_COLUMNS: list[out.Column] = [
     ("ACCELERATORS", lambda s: _spec_accel(s)),
     ("PRICE/H", lambda s: s.price_per_hour),
     ("WEIGHT", lambda s: s.billing_weight),
-    ("POOL", lambda s: s.pool_id or "any"),
+    ("POOL", lambda s: "any" if s.pool_id is None else s.pool_id),
     ("ENABLED", lambda s: s.enabled),
 ]
 _POOL_COLUMNS: list[out.Column] = [
@@ -92,6 +95,13 @@ _POOL_COLUMNS: list[out.Column] = [
     ("NODES", lambda p: p.node_count),
     ("DESCRIPTION", lambda p: p.description),
 ]
+
+
+def _spec_columns(api: Client) -> list[out.Column]:
+    """The spec columns with the pool's name instead of its id (a table is for people)."""
+    names = {p.id: p.name for p in api.list_pools()}
+    pool: out.Column = ("POOL", lambda s: "any" if s.pool_id is None else names.get(s.pool_id, s.pool_id))
+    return [pool if header == "POOL" else (header, get) for header, get in _SPEC_COLUMNS]
 
 
 def _accel_summary(devices: list[Any]) -> str:
@@ -288,14 +298,17 @@ def spec_list(
     """The specs you may use (every spec for platform admins)."""
     with client() as api:
         ws = workspace_id(api, workspace) if workspace else None
-        out.show(list(api.list_specs(workspace_id=ws)), output, _SPEC_COLUMNS)
+        specs = list(api.list_specs(workspace_id=ws))
+        out.show(specs, output, _spec_columns(api) if output is Output.table and specs else None)
 
 
 @spec_app.command("get")
 def spec_get(spec: Annotated[str, typer.Argument(help="Spec name or id.")], output: OutputOpt = Output.table) -> None:
     """One spec."""
     with client() as api:
-        out.show(api.get_spec(spec_id(api, spec)), output)
+        found = api.get_spec(spec_id(api, spec))
+        detail = [*_spec_columns(api), ("DESCRIPTION", lambda s: s.description)]
+        out.show(found, output, detail if output is Output.table else None)
 
 
 @spec_app.command("create")

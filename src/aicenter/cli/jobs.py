@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from aicenter.cli import output as out
-from aicenter.cli.common import Output, OutputOpt, YesOpt, client, confirm, invalid, pick, workspace_id
+from aicenter.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    YesOpt,
+    chosen_workspace,
+    client,
+    confirm,
+    invalid,
+    pick,
+)
 
 if TYPE_CHECKING:
     from aicenter.client import Client
@@ -27,12 +37,17 @@ job_app.add_typer(template_app, name="template")
 FINISHED = frozenset({"succeeded", "failed", "stopped"})
 POLL_S = 0.5  # how often --follow looks at a job that has no output yet; a job starts in well under a second
 
-JobArg = Annotated[str, typer.Argument(help="The job's id (as `job list` shows it).")]
+JobArg = Annotated[
+    str, typer.Argument(help="The job's id, or its name in the workspace (the newest job of that name).")
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="PATH=VALUE change applied before the spec is checked, e.g. tasks[0].replicas=4."),
 ]
-WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", "-w", help="Workspace name or id.")]
+WorkspaceOpt = Annotated[
+    str | None,
+    typer.Option("--workspace", "-w", help="Workspace name or id. Default: `aicenter workspace use`'s, if set."),
+]
 TaskOpt = Annotated[str | None, typer.Option("--task", "-t", help="The task (default: the job's first).")]
 ReplicaOpt = Annotated[int | None, typer.Option("--replica", "-r", help="The replica index within the task.")]
 
@@ -63,7 +78,7 @@ _JOB_DETAIL: list[out.Column] = [
     ("framework", lambda j: j.spec.get("framework")),
     ("restarts", lambda j: j.restart_count),
     ("submitted", lambda j: j.submitted_at),
-    ("started", lambda j: j.started_at),
+    ("started", lambda j: _started(j)),
     ("finished", lambda j: j.finished_at),
 ]
 _TASK_COLUMNS: list[out.Column] = [
@@ -106,9 +121,26 @@ _TEMPLATE_COLUMNS: list[out.Column] = [
 
 def _status(job: Job) -> str:
     if job.failure_reason and job.status in ("failed", "stopped"):
-        code = f", exit {job.exit_code}" if job.exit_code not in (None, 0) else ""
-        return f"{job.status} ({job.failure_reason}{code})"
+        code = f"exit {job.exit_code}" if job.exit_code not in (None, 0) else ""
+        # "stopped (stopped)" says nothing twice: the reason is shown only when it adds something.
+        detail = ", ".join(p for p in (job.failure_reason if job.failure_reason != job.status else "", code) if p)
+        return f"{job.status} ({detail})" if detail else job.status
     return job.status
+
+
+def _model_reference(api: Client, version_id: int) -> str:
+    """``linreg-model:1`` for the saved output model version (by id), as it is written in specs."""
+    from aicenter.client import ApiError
+
+    try:
+        return api.resolve("model", f"#{version_id}").ref
+    except ApiError:  # deleted since, or not visible to me
+        return f"#{version_id}"
+
+
+def _started(job: Job) -> Any:
+    """When the job started; one that failed while starting never ran, but its replicas did start."""
+    return job.started_at or min((r.started_at for r in job.replicas if r.started_at), default=None)
 
 
 def _resources(values: dict[str, Any]) -> str:
@@ -120,11 +152,32 @@ def _resources(values: dict[str, Any]) -> str:
     return " ".join(shown)
 
 
-def _job_id(ref: str) -> int:
+def _job_id(api: Client, ref: str, workspace: str | None) -> int:
+    """The id of job ``ref``: a number (or ``#number``) is an id; anything else is a name, and names repeat
+    (every resubmit keeps the name), so it means the newest job of that name in the workspace."""
     bare = ref.removeprefix("#")
-    if not bare.isdigit():
-        raise invalid("JOB", f"a job is named by its id (a number), got {ref!r}")
-    return int(bare)
+    if bare.isdigit():
+        return int(bare)
+    ws = chosen_workspace(api, workspace)
+    newest = next(iter(api.list_jobs(name=ref, workspace_id=ws)), None)
+    if newest is None:
+        where = "your workspaces" if ws is None else "the workspace"
+        raise CliError("not_found", f"no job named {ref!r} in {where} (`aicenter job list` shows them)")
+    return newest.id
+
+
+def _names_workspace(text: str, overrides: list[str] | None) -> bool:
+    """Whether the spec (or a ``--set``) names its workspace: it then wins over the profile's default one."""
+    from aicenter.core.errors import AicenterError
+    from aicenter.core.jobs import load_document
+
+    if any(o.partition("=")[0].strip() == "workspace" for o in overrides or ()):
+        return True
+    try:
+        document = load_document(text)
+    except AicenterError:
+        return False  # the server reports the syntax error, with its line
+    return isinstance(document, dict) and document.get("workspace") is not None
 
 
 def _read_spec(path: Path) -> str:
@@ -137,6 +190,29 @@ def _read_spec(path: Path) -> str:
         raise invalid("SPEC", f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise invalid("SPEC", f"{path}: cannot be read ({exc})") from None
+
+
+EXAMPLE_SPEC = """\
+# A job spec: `aicenter job submit job.yaml` sends it; every field is described in docs/jobs.md.
+# Lines starting with # are comments: uncomment a field to use it.
+kind: train
+name: my-first-job                # lower-case letters, digits, '.', '_', '-'; `aicenter job get my-first-job`
+# workspace: vision               # default: -w, else `aicenter workspace use`, else your default workspace
+# image: pytorch-cpu:1            # a catalog image version; default "host": the server's own Python
+# algorithm: my-code:1            # your code (`aicenter algorithm push DIR -n my-code`), at $AICENTER_CODE_DIR
+# datasets: [my-data:1]           # read-only under $AICENTER_DATA_DIR/<name>
+# framework: pytorch              # pytorch | tensorflow | paddle | mindspore | mpi | none (default)
+tasks:
+  - name: worker
+    replicas: 1                   # processes, each on one node with the resources below
+    resources: {cpu: 1, memory: 1Gi}  # or {spec: NAME} from `aicenter spec list`; GPUs: gpu: 1, gpu_type: ...
+    command: >-
+      python -c "import platform; print('hello from', platform.node())"
+# env: {EPOCHS: "3"}              # environment variables of every replica
+# priority: normal                # low | normal | high | urgent
+# retry: {max_restarts: 3, on: [node_lost, error, preempted]}
+# output_model: my-model          # files left in $AICENTER_OUTPUT_DIR become a version of this model
+"""
 
 
 # -- following -------------------------------------------------------------------------------------------------
@@ -199,7 +275,25 @@ def _follow(api: Client, job_id: int, task: str | None = None, replica: int | No
 # -- commands --------------------------------------------------------------------------------------------------
 
 
-@job_app.command("submit")
+@job_app.command("init")
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write it; - prints it.")] = Path("job.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the file if it exists.")] = False,
+) -> None:
+    """Write a commented example job spec to edit and submit."""
+    if str(path) == "-":
+        typer.echo(EXAMPLE_SPEC, nl=False)
+        return
+    if path.exists() and not force:
+        raise CliError("conflict", f"{path} exists; pass --force to overwrite it", exit_code=1)
+    try:
+        path.write_text(EXAMPLE_SPEC, encoding="utf-8")
+    except OSError as exc:
+        raise invalid("PATH", f"{path}: cannot be written ({exc})") from None
+    typer.echo(f"Wrote {path}: edit it, then `aicenter job submit {path}`.")
+
+
+@job_app.command("submit", epilog="`aicenter job init` writes a commented example spec; docs/jobs.md has every field.")
 def submit(
     spec: Annotated[Path, typer.Argument(help="The job spec (YAML or JSON); - reads standard input.")],
     set_: SetOpt = None,
@@ -209,10 +303,10 @@ def submit(
     ] = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Submit a job from a spec file."""
+    """Submit a job from a spec file (`aicenter job init` writes an example to start from)."""
     text = _read_spec(spec)
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)
         job = api.submit_job(text, set_ or (), workspace_id=ws)
         if follow:
             typer.echo(f"job {job.id} {job.status}", err=True)
@@ -233,21 +327,25 @@ def list_(
     if limit < 1:
         raise invalid("--limit", "must be at least 1")
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = chosen_workspace(api, workspace)
         jobs = api.list_jobs(status=status, workspace_id=ws, user=user, kind=kind)
         shown = [job for _, job in zip(range(limit), jobs, strict=False)]
     out.show(shown, output, _JOB_COLUMNS)
 
 
 @job_app.command("get")
-def get(job: JobArg, output: OutputOpt = Output.table) -> None:
+def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """A job: status and pending reason, tasks, replicas (node, devices), events."""
     with client() as api:
-        found = api.get_job(_job_id(job))
+        found = api.get_job(_job_id(api, job, workspace))
+        saved = None
+        if output is Output.table and found.output_model_version_id is not None:
+            saved = _model_reference(api, found.output_model_version_id)
     if output is not Output.table:
         out.show(found, output)
         return
-    out.show(found, output, _JOB_DETAIL)
+    detail = [*_JOB_DETAIL, ("output model", lambda j: saved)] if saved else _JOB_DETAIL
+    out.show(found, output, detail)
     for title, rows, columns in (
         ("Tasks", found.spec.get("tasks", []), _TASK_COLUMNS),
         ("Replicas", found.replicas, _REPLICA_COLUMNS),
@@ -263,28 +361,31 @@ def logs(
     task: TaskOpt = None,
     replica: ReplicaOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the replica ends.")] = False,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """A replica's output, each line prefixed by its UTC time."""
     with client() as api:
-        _stream_logs(api, _job_id(job), task, replica, follow)
+        _stream_logs(api, _job_id(api, job, workspace), task, replica, follow)
 
 
 @job_app.command("events")
-def events(job: JobArg, output: OutputOpt = Output.table) -> None:
+def events(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """The job's status changes: when, from, to, by whom, why."""
     with client() as api:
-        out.show(api.job_events(_job_id(job)), output, _EVENT_COLUMNS)
+        out.show(api.job_events(_job_id(api, job, workspace)), output, _EVENT_COLUMNS)
 
 
 @job_app.command("stop")
 def stop(
     job: JobArg,
     force: Annotated[bool, typer.Option("--force", help="As a platform admin: stop any job.")] = False,
+    workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Stop a job: its replicas get SIGTERM, then SIGKILL after a grace period."""
     with client() as api:
-        stopped = api.force_stop_job(_job_id(job)) if force else api.stop_job(_job_id(job))
+        job_id = _job_id(api, job, workspace)
+        stopped = api.force_stop_job(job_id) if force else api.stop_job(job_id)
     if output is Output.table:
         typer.echo(f"job {stopped.id} {_status(stopped)}" + ("" if stopped.status in FINISHED else " (stopping)"))
     else:
@@ -296,11 +397,12 @@ def resubmit(
     job: JobArg,
     set_: SetOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Then stream its logs until it ends.")] = False,
+    workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Submit a copy of a job (to its workspace), with --set changes."""
     with client() as api:
-        new = api.resubmit_job(_job_id(job), set_ or ())
+        new = api.resubmit_job(_job_id(api, job, workspace), set_ or ())
         if follow:
             typer.echo(f"job {new.id} {new.status}", err=True)
             raise typer.Exit(_follow(api, new.id))
@@ -308,11 +410,11 @@ def resubmit(
 
 
 @job_app.command("delete")
-def delete(job: JobArg, yes: YesOpt = False, output: OutputOpt = Output.table) -> None:
+def delete(job: JobArg, workspace: WorkspaceOpt = None, yes: YesOpt = False, output: OutputOpt = Output.table) -> None:
     """Delete a finished job and its records."""
-    job_id = _job_id(job)
-    confirm(f"Delete job {job_id}?", yes)
     with client() as api:
+        job_id = _job_id(api, job, workspace)
+        confirm(f"Delete job {job_id}" + ("?" if job.removeprefix("#") == str(job_id) else f" ({job})?"), yes)
         api.delete_job(job_id)
     out.done(f"Deleted job {job_id}.", output)
 
@@ -321,7 +423,7 @@ def delete(job: JobArg, yes: YesOpt = False, output: OutputOpt = Output.table) -
 
 
 def _template(api: Client, ref: str, workspace: str | None) -> int:
-    ws = workspace_id(api, workspace) if workspace else None
+    ws = chosen_workspace(api, workspace)
     return pick("template", ref, api.list_templates(workspace_id=ws), lambda t: t.name, lambda t: t.id).id
 
 
@@ -347,7 +449,7 @@ def template_save(
             raise invalid("SPEC", "a job spec is a mapping of fields (kind, name, tasks, ...)")
         source = apply_overrides(document, set_)
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)
         saved = api.create_template(
             name,
             source,
@@ -361,7 +463,7 @@ def template_save(
 def template_list(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """Templates of your workspaces."""
     with client() as api:
-        ws = workspace_id(api, workspace) if workspace else None
+        ws = chosen_workspace(api, workspace)
         out.show(list(api.list_templates(workspace_id=ws)), output, _TEMPLATE_COLUMNS)
 
 

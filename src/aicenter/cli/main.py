@@ -27,6 +27,17 @@ def _fail(code: str, message: str, field: str | None, exit_code: int) -> int:
     return exit_code
 
 
+def _more_problems(problems: Any) -> None:
+    """The problems after the first of a validation error, one indented line each: a spec with three mistakes is
+    fixed in one round, not three (the first is already on the ``error:`` line, which scripts match)."""
+    if not isinstance(problems, list) or len(problems) < 2:
+        return
+    for problem in problems[1:]:
+        if isinstance(problem, dict):
+            where = f"{problem['field']}: " if problem.get("field") else ""
+            typer.echo(f"  {where}{problem.get('message', '')}", err=True)
+
+
 def _report(exc: BaseException) -> int:
     """One line on stderr for any failure, and the exit status: 2 for usage and validation errors, else 1."""
     from aicenter.client.errors import ApiError  # only on the error path: it imports the SDK
@@ -41,7 +52,9 @@ def _report(exc: BaseException) -> int:
         elif exc.status == 401:
             message += " (run `aicenter login`)"
         validation = exc.status in (400, 422) or exc.code == "validation_failed"
-        return _fail(exc.code, message, exc.field, 2 if validation else 1)
+        code = _fail(exc.code, message, exc.field, 2 if validation else 1)
+        _more_problems(exc.details.get("errors"))
+        return code
     if isinstance(exc, AicenterError):
         field = exc.details.get("field")
         return _fail(exc.code, exc.message, str(field) if field else None, 2 if exc.status in (400, 422) else 1)
@@ -58,6 +71,30 @@ def _report(exc: BaseException) -> int:
     return _fail("internal", f"{type(exc).__name__}: {exc} (run with --debug for a traceback)", None, 1)
 
 
+def _output_last(args: list[str]) -> list[str]:
+    """``aicenter -o json job list`` read as ``aicenter job list -o json``.
+
+    ``-o`` is an option of each command (each knows which formats it prints), but people put it first, as with
+    ``kubectl``: an ``-o`` before the command is moved to the end of the line (before a ``--``). A command
+    without ``-o`` then says so, naming its ``--help``.
+    """
+    rest, moved, i = list(args), [], 0
+    while i < len(rest) and rest[i].startswith("-"):
+        arg = rest[i]
+        if arg in ("-o", "--output") and i + 1 < len(rest):
+            moved += rest[i : i + 2]
+            del rest[i : i + 2]
+        elif arg.startswith("--output=") or (arg.startswith("-o") and len(arg) > 2):
+            moved.append(arg)
+            del rest[i]
+        else:
+            i += 2 if arg in ("-P", "--profile") else 1
+    if not moved:
+        return rest
+    end = rest.index("--") if "--" in rest else len(rest)
+    return rest[:end] + moved + rest[end:]
+
+
 class _Group(TyperGroup):
     """The root group: turns every failure into one line on stderr and an exit status, never a traceback."""
 
@@ -70,6 +107,7 @@ class _Group(TyperGroup):
         **extra: Any,
     ) -> Any:
         STATE.profile, STATE.debug = None, False
+        args = _output_last(list(sys.argv[1:] if args is None else args))
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0

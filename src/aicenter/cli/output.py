@@ -11,10 +11,9 @@ from typing import Any
 import typer
 
 from aicenter.cli.common import Output
+from aicenter.core.quantity import format_memory
 
 Column = tuple[str, Callable[[Any], Any]]
-
-_BINARY = (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 
 
 def jsonable(data: Any) -> Any:
@@ -34,16 +33,11 @@ def cores(milli: int | None) -> str:
 
 
 def size(n: int | None) -> str:
-    """Bytes in the largest binary unit that divides them, e.g. ``68719476736`` -> ``64Gi``."""
+    """Bytes in the largest binary unit they reach, e.g. ``68719476736`` -> ``64Gi``, ``25275871232`` ->
+    ``23.54Gi`` (not ``24683468Ki``: a node's memory is rarely a round number); ``-o json`` keeps the bytes."""
     if n is None:
         return ""
-    for suffix, unit in _BINARY:
-        if n >= unit and n % unit == 0:
-            return f"{n // unit}{suffix}"
-    for suffix, unit in _BINARY:
-        if n >= unit:
-            return f"{n / unit:.1f}{suffix}"
-    return str(n)
+    return format_memory(n)
 
 
 def when(value: datetime | None) -> str:

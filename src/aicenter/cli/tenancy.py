@@ -10,6 +10,8 @@ import typer
 from aicenter.cli import output as out
 from aicenter.cli.auth import _read_password
 from aicenter.cli.common import (
+    STATE,
+    CliError,
     Output,
     OutputOpt,
     YesOpt,
@@ -191,6 +193,41 @@ def workspace_create(
             admin_user_id=user_id(api, admin) if admin else UNSET,
         )
     out.show(ws, output)
+
+
+@workspace_app.command("use")
+def workspace_use(
+    workspace: Annotated[str | None, typer.Argument(help="Workspace name or id (one you are a member of).")] = None,
+    unset: Annotated[bool, typer.Option("--unset", help="Forget the default workspace.")] = False,
+) -> None:
+    """Act in this workspace when a command is given no --workspace (saved in the CLI profile)."""
+    from aicenter.cli.config import CliConfig
+
+    if (workspace is None) == (not unset):
+        raise invalid("WORKSPACE", "give a workspace name, or --unset")
+    cfg = CliConfig.load()
+    name = cfg.active(STATE.profile).name
+    stored = cfg.profiles.get(name)
+    if stored is None or not stored.token:
+        raise CliError("not_logged_in", f"not logged in (profile {name!r}); run `aicenter login --server URL` first")
+    if workspace is None:
+        stored.workspace = None
+        cfg.save()
+        typer.echo(f"No default workspace in profile {name!r}: commands use your account's default workspace.")
+        return
+    with client() as api:
+        # Membership, not visibility: platform admins see every workspace but submit only where they are members.
+        mine = {m.workspace.name: m.workspace for m in api.my_workspaces()}
+    by_id = {str(w.id): w for w in mine.values()}
+    found = mine.get(workspace) or by_id.get(workspace)
+    if found is None:
+        raise CliError(
+            "not_found",
+            f"you are not a member of a workspace named {workspace!r} (`aicenter whoami` lists yours)",
+        )
+    stored.workspace = found.name
+    cfg.save()
+    typer.echo(f"Using workspace {found.name!r} in profile {name!r}; -w still picks another for one command.")
 
 
 @workspace_app.command("get")
@@ -390,4 +427,11 @@ def audit_list(
             since=since,
             until=until,
         )
-        out.show(list(islice(events, limit)), output, _AUDIT_COLUMNS)
+        shown = list(islice(events, limit))
+        columns = _AUDIT_COLUMNS
+        if output is Output.table and any(e.workspace_id is not None for e in shown):
+            # Names, not ids; a deleted workspace keeps its id (the audit log outlives it).
+            names = {w.id: w.name for w in api.list_workspaces()}
+            where: out.Column = ("WORKSPACE", lambda e: names.get(e.workspace_id, e.workspace_id))
+            columns = [where if header == "WORKSPACE" else (header, get) for header, get in _AUDIT_COLUMNS]
+        out.show(shown, output, columns)

@@ -58,6 +58,7 @@ class JobsMixin(BaseClient):
         workspace_id: int | None = None,
         user: str | None = None,
         kind: str | None = None,
+        name: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[Job]:
@@ -68,11 +69,12 @@ class JobsMixin(BaseClient):
             workspace_id: Only this workspace's jobs.
             user: Only the jobs of the user with this name.
             kind: ``train``, ``notebook`` or ``trial``.
+            name: Only jobs of this name (names need not be unique; newest first).
             limit: Items per page.
             cursor: ``next_cursor`` of the previous page.
         """
         statuses = status if status is None or isinstance(status, str) else ",".join(status)
-        params = query(status=statuses, workspace_id=workspace_id, user=user, kind=kind)
+        params = query(status=statuses, workspace_id=workspace_id, user=user, kind=kind, name=name)
         return self._page(Job, "/jobs", params, limit=limit, cursor=cursor)
 
     def list_jobs(
@@ -82,11 +84,12 @@ class JobsMixin(BaseClient):
         workspace_id: int | None = None,
         user: str | None = None,
         kind: str | None = None,
+        name: str | None = None,
     ) -> Iterator[Job]:
         """Every matching job, fetched page by page as the iterator advances."""
         return self._iterate(
             lambda c: self.list_jobs_page(
-                status=status, workspace_id=workspace_id, user=user, kind=kind, limit=PAGE_SIZE, cursor=c
+                status=status, workspace_id=workspace_id, user=user, kind=kind, name=name, limit=PAGE_SIZE, cursor=c
             )
         )
 

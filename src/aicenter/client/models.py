@@ -382,6 +382,7 @@ class Job(ApiModel):
     exit_code: int | None = None
     message: str = ""
     restart_count: int = 0
+    output_model_version_id: int | None = None  # the model version its output became (jobs with output_model)
     spec: dict[str, Any] = {}
     submitted_at: datetime | None = None
     scheduled_at: datetime | None = None

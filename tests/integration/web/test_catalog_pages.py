@@ -352,3 +352,15 @@ async def test_long_lists_page_with_a_next_link(open_browser: OpenBrowser, db: D
     assert second.status_code == 200
     assert names_in(second.text) == {f"model-{i:02d}" for i in range(50, 55)}
     assert 'data-testid="page-next"' not in second.text
+
+
+async def test_the_shared_tab_and_an_items_home_workspace_are_named_apart(
+    open_browser: OpenBrowser, seeded: Seeded
+) -> None:
+    # The "workspace" scope lists items shared with my workspaces; an item's own workspace is its home (storage).
+    alice = await open_browser("alice")
+    page = (await alice.get("/datasets?scope=mine")).text
+    assert re.search(r'data-testid="tab-workspace"[^>]*>Shared with my workspaces<', page)
+    assert ">Home workspace</th>" in page
+    item = (await alice.get(f"/datasets/{seeded.dataset_id}")).text
+    assert "<dt>Home workspace</dt>" in item

@@ -104,7 +104,7 @@ def test_profiles_and_logout(admin_cli: Run, server_url: str) -> None:
     assert out.exit_code == 0, out.output
     after = admin_cli("whoami")
     assert after.exit_code == 1
-    line = one_error_line(after, "unauthenticated")
+    line = one_error_line(after, "not_logged_in")
     assert "aicenter login" in line
     assert admin_cli("--profile", "other", "whoami").exit_code == 0
     assert admin_cli("profile", "remove", "other").exit_code == 0

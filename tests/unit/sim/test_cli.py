@@ -122,3 +122,21 @@ def test_bad_inputs_get_one_line(tmp_path: Path, philly_slice: Path) -> None:
     policy = tmp_path / "bad.yaml"
     policy.write_text("queue_order: fastest\n")
     assert "queue_order" in one_error_line(["--trace", str(philly_slice), "--cluster", "2x8", "--policy", str(policy)])
+
+
+def test_fill_mode_takes_an_openb_pod_list_of_resource_columns_only(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p-{i},4000,8192,{1 + i % 2},{500 if i % 2 == 0 else 1000}\n" for i in range(40))
+    )
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn-1,96000,786432,8,V100M32\nn-2,96000,786432,8,V100M32\n")
+    result = runner.invoke(
+        app,
+        ["simulate", "--trace", str(pods), "--nodes", str(nodes), "--mode", "fill", "--json", "-", "--quiet"],
+    )
+    assert result.exit_code == 0, result.output
+    fill = json.loads(result.stdout)["results"][0]["fill"]
+    assert fill["tasks_placed"] > 0
+    assert fill["total_gpus"] == 16

@@ -201,3 +201,37 @@ def test_generic_malformed(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.json", '{"jobs": [\n  {"submit_time": 0,}\n]}')
     with pytest.raises(ValidationFailed, match=r"bad.json:2: invalid JSON"):
         load_generic(path)
+
+
+@pytest.mark.parametrize("column", ["num_gpus", "gpu"])
+def test_generic_refuses_a_column_it_does_not_define(tmp_path: Path, column: str) -> None:
+    # Ignored, the column would read as its default: every job simulated with 0 GPUs, without a word.
+    path = write(tmp_path, "jobs.csv", f"submit_time,duration,{column}\n0,60,8\n")
+    with pytest.raises(ValidationFailed) as exc:
+        load_trace(path)
+    assert exc.value.message.startswith(f"jobs.csv:1: column {column}: unknown column")
+    assert 'did you mean "gpus"' in exc.value.message
+    json_path = write(tmp_path, "jobs.json", json.dumps([{"submit_time": 0, "duration": 60, column: 8}]))
+    with pytest.raises(ValidationFailed) as exc:
+        load_trace(json_path)
+    assert f"jobs[0].{column}: unknown column" in exc.value.message
+
+
+def test_openb_pods_with_only_the_resource_columns(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "openb_pod_list_resources.csv",
+        "\n".join(
+            [
+                "name,cpu_milli,memory_mib,num_gpu,gpu_milli",
+                "p-1,8000,16384,1,500",
+                "p-2,4000,8192,2,1000",
+                "p-3,1000,1024,0,0",
+            ]
+        )
+        + "\n",
+    )
+    assert detect_format(path) == "openb"
+    trace = load_trace(path)
+    assert [(j.id, j.gpus, j.gpu_milli) for j in trace.jobs] == [("p-1", 0, 500), ("p-2", 2, 0), ("p-3", 0, 0)]
+    assert [j.submit_time for j in trace.jobs] == sorted(j.submit_time for j in trace.jobs)

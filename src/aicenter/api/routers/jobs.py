@@ -54,6 +54,7 @@ async def list_jobs(
     ] = None,
     user: Annotated[str | None, Query(description="A user name.")] = None,
     kind: Annotated[str | None, Query(description="train, notebook or trial.")] = None,
+    name: Annotated[str | None, Query(description="Only jobs of this name.")] = None,
 ) -> Page[JobOut]:
     """Jobs of your workspaces, newest first (platform admins: of every workspace)."""
     page = await jobs.list_jobs(
@@ -63,6 +64,7 @@ async def list_jobs(
         status=status_,
         user=user,
         kind=kind,
+        name=name,
         limit=paging.limit,
         cursor=paging.cursor,
     )

@@ -31,8 +31,10 @@ from aicenter.services.catalog._builds import (
 from aicenter.services.catalog._content import archive_entries, get_file, list_files, preview
 from aicenter.services.catalog._imports import create_version_from_directory, import_directory
 from aicenter.services.catalog._items import SORTS, UNSET, create_item, delete_item, get_item, list_items, update_item
+from aicenter.services.catalog._links import VersionLink, version_links
 from aicenter.services.catalog._outputs import save_job_output
 from aicenter.services.catalog._quota import StorageUsage, set_storage_quota, storage_usage
+from aicenter.services.catalog._refs import reference, version_reference
 from aicenter.services.catalog._resolve import parse_ref, resolve_version
 from aicenter.services.catalog._storage_admin import GcResult, referenced_blobs, run_fsck, run_gc
 from aicenter.services.catalog._uploads import (
@@ -89,6 +91,7 @@ __all__ = [
     "Preview",
     "StorageUsage",
     "UploadView",
+    "VersionLink",
     "VersionView",
     "abort_upload",
     "add_version",
@@ -131,6 +134,7 @@ __all__ = [
     "rebuild",
     "receive_bundle",
     "receive_part",
+    "reference",
     "referenced_blobs",
     "renew_build",
     "requeue_build",
@@ -145,6 +149,8 @@ __all__ = [
     "unshare_version",
     "update_item",
     "update_version",
+    "version_links",
+    "version_reference",
     "version_users",
     "version_view",
     "version_views",

@@ -18,6 +18,7 @@ from aicenter.core.catalog import ItemKind, Visibility
 from aicenter.core.errors import Forbidden, InUse, NotFound
 from aicenter.db.models import CatalogItem, CatalogVersion, Membership
 from aicenter.services.catalog._quota import check_storage_quota
+from aicenter.services.catalog._refs import reference
 from aicenter.services.context import Actor
 
 __all__ = [
@@ -167,12 +168,12 @@ async def load_version(
         select(CatalogVersion).where(CatalogVersion.item_id == item.id, CatalogVersion.number == number)
     )
     if version is None:
-        raise NotFound(f"{kind.value} {item.name} has no version {number}")
+        raise NotFound(f"{kind.value} {reference(item.name, number, preset=item.is_preset)} not found")
     workspace_ids: set[int] = set()
     if version.visibility == Visibility.WORKSPACE.value:
         workspace_ids = await my_workspace_ids(session, actor)
     if not _may_see_version(actor, item, version, workspace_ids):
-        raise NotFound(f"{kind.value} {item.name} has no version {number}")
+        raise NotFound(f"{kind.value} {reference(item.name, number, preset=item.is_preset)} not found")
     if content and not can_read_content(actor, item, version, workspace_ids):
         raise Forbidden(ADMIN_CONTENT_MESSAGE)
     return item, version
@@ -198,7 +199,8 @@ async def check_not_in_use(session: AsyncSession, item: CatalogItem, versions: S
         return
     numbers = {v.id: v.number for v in versions}
     parts = [
-        f"version {item.name}:{numbers.get(vid, '?')} is used by {', '.join(names)}"
+        f"version {reference(item.name, numbers[vid], preset=item.is_preset) if vid in numbers else '?'} is used by "
+        f"{', '.join(names)}"
         for vid, names in sorted(users.items(), key=lambda kv: numbers.get(kv[0], 0))
     ]
     details: dict[str, Any] = {

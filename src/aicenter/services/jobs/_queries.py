@@ -65,6 +65,7 @@ async def list_jobs(
     status: str | None = None,
     user: str | None = None,
     kind: str | None = None,
+    name: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> Page[JobView]:
@@ -75,6 +76,7 @@ async def list_jobs(
         status: Only jobs in this status; several may be given separated by commas (``queued,running``).
         user: Only jobs of the user with this name.
         kind: Only jobs of this kind (``train``, ``notebook``, ``trial``).
+        name: Only jobs of this name (names repeat: the CLI takes the newest as "the job named X").
     """
     stmt = select(Job)
     if workspace_id is not None:
@@ -91,6 +93,8 @@ async def list_jobs(
         stmt = stmt.where(Job.user_id.in_(select(User.id).where(User.username == user)))
     if kind:
         stmt = stmt.where(Job.kind == _kind(kind).value)
+    if name:
+        stmt = stmt.where(Job.name == name)
     page = await paginate(session, stmt, Job.id, limit=limit, cursor=cursor, descending=True)
     return Page(await job_views(session, page.items), page.next_cursor)
 

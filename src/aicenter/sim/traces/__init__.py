@@ -35,7 +35,7 @@ def detect_format(path: Path) -> str:
         return "generic"  # the loader reports the missing file with its name
     if {"timestamp", "num_gpus", "cluster"} <= header:
         return "philly"
-    if {"num_gpu", "gpu_milli", "creation_time"} <= header:
+    if {"num_gpu", "gpu_milli"} <= header:  # creation_time too, except in resource-only variants
         return "openb"
     return "generic"
 

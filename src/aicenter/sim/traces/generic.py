@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -13,6 +14,37 @@ from aicenter.sim.traces._rows import Fields, Rows, fail, open_text, parse_time
 from aicenter.sim.workload import Trace, TraceJob
 
 GENERIC_COLUMNS = ("submit_time", "duration")
+KNOWN_COLUMNS = frozenset(
+    {
+        *GENERIC_COLUMNS,
+        "id",
+        "workspace",
+        "user",
+        "replicas",
+        "gpus",
+        "gpu_milli",
+        "cpu_milli",
+        "memory_mib",
+        "gpu_types",
+        "priority",
+        "preemptible",
+        "estimate_s",
+    }
+)
+
+
+def _unknown(column: str) -> str | None:
+    """A message when the format does not define ``column``, else None.
+
+    Refused rather than ignored: an ignored column reads as its default, so a trace that says ``num_gpus``
+    (Philly's name) instead of ``gpus`` would be simulated with 0 GPUs and no word of it.
+    """
+    if column in KNOWN_COLUMNS:
+        return None
+    close = difflib.get_close_matches(column, sorted(KNOWN_COLUMNS), n=1, cutoff=0.6)
+    hint = f' (did you mean "{close[0]}"?)' if close else ""
+    known = ", ".join(sorted(KNOWN_COLUMNS))
+    return f"unknown column{hint}; the generic format has {known} (see docs/simulator.md)"
 
 
 class _JsonRecord(Fields):
@@ -40,7 +72,12 @@ class _JsonRecord(Fields):
 
 def _records(path: Path) -> list[Fields] | Rows:
     if path.suffix.lower() != ".json":
-        return Rows(path, GENERIC_COLUMNS)
+        rows = Rows(path, GENERIC_COLUMNS)
+        for column in rows.header:
+            message = _unknown(column)
+            if message:
+                fail(path, 1, column, message)
+        return rows
     try:
         document = json.loads(open_text(path))
     except json.JSONDecodeError as exc:
@@ -52,7 +89,12 @@ def _records(path: Path) -> list[Fields] | Rows:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             _JsonRecord(path, i, {}).error(None, "expected an object")
-        out.append(_JsonRecord(path, i, item))
+        record = _JsonRecord(path, i, item)
+        for key in item:
+            message = _unknown(str(key))
+            if message:
+                record.error(str(key), message)
+        out.append(record)
     return out
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from aicenter.sim.traces._rows import Rows, fail
 from aicenter.sim.workload import NodeSpec, Trace, TraceJob
 
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
+# Some public openb variants carry only the resource columns; creation_time and the rest are optional.
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 
@@ -17,6 +18,8 @@ def load_openb_pods(path: str | Path, *, workspace: str = "default") -> Trace:
     ``num_gpu == 1`` with ``gpu_milli < 1000`` is a fractional request on one GPU; ``num_gpu > 1`` asks for whole
     GPUs; ``gpu_spec`` lists the allowed GPU models, '|'-separated (empty: any). The duration is
     ``deletion_time - scheduled_time`` (``creation_time`` for tasks the trace never scheduled), at least 1 s.
+    A pod list with only the resource columns (no ``creation_time``) arrives one task per second in file order,
+    each lasting 1 s: fill mode, which only uses the order, reads it as it reads the full list.
 
     Raises:
         ValidationFailed: a malformed row, naming the file, line and column.
@@ -24,7 +27,8 @@ def load_openb_pods(path: str | Path, *, workspace: str = "default") -> Trace:
     path = Path(path)
     rows = Rows(path, POD_COLUMNS)
     jobs: list[TraceJob] = []
-    for row in rows:
+    timed = "creation_time" in rows.index
+    for n, row in enumerate(rows):
         name = row.get_str("name")
         num_gpu = row.get_int("num_gpu")
         gpu_milli = row.get_int("gpu_milli", default=0)
@@ -32,7 +36,7 @@ def load_openb_pods(path: str | Path, *, workspace: str = "default") -> Trace:
             fail(path, row.line, "gpu_milli", f"must be in 1..1000 for num_gpu == 1, got {gpu_milli}")
         if num_gpu > 1 and gpu_milli not in (0, 1000):
             fail(path, row.line, "gpu_milli", f"fractions apply to one GPU only (num_gpu is {num_gpu})")
-        created = row.get_float("creation_time")
+        created = row.get_float("creation_time") if timed else float(n)
         started = row.get_float("scheduled_time", default=created) if "scheduled_time" in rows.index else created
         deleted = row.get_float("deletion_time", default=started + 1) if "deletion_time" in rows.index else started + 1
         spec = row.get_str("gpu_spec", default="") if "gpu_spec" in rows.index else ""

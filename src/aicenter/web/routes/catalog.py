@@ -39,7 +39,7 @@ SORTS = [
 ]
 TAB_LABELS = {
     Scope.MINE: "Mine",
-    Scope.WORKSPACE: "Workspace",
+    Scope.WORKSPACE: "Shared with my workspaces",
     Scope.PUBLIC: "Public",
     Scope.PRESET: "Preset",
     Scope.ALL: "All",

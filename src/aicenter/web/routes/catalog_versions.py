@@ -135,6 +135,9 @@ async def _version(
             content_blocked = exc.message
         if kind is ItemKind.IMAGE:
             build = await _build(session, cx, item_id, number)
+        lineage = await _lineage(session, cx, version.metadata.get("lineage"))
+        source = version.copied_from_id
+        copied_from = (await catalog.version_links(session, cx.actor, [source])).get(source) if source else None
     owner = can_change(cx, item)
     return render(
         cx,
@@ -152,6 +155,8 @@ async def _version(
         preview_error=preview_error,
         content_blocked=content_blocked,
         build=build,
+        lineage=lineage,
+        copied_from=copied_from,
         can_change=owner,
         can_share=owner and not item.is_preset,
         share_workspaces=[(m.workspace.id, m.workspace.name) for m in cx.workspaces],
@@ -159,6 +164,33 @@ async def _version(
         api=api_base(kind, item_id, number),
         file_url=lambda path: file_url(kind, item_id, number, path),
         browse_url=lambda **q: _browse_url(kind, item_id, number, **q),
+    )
+
+
+@dataclass
+class Lineage:
+    """Where a model version came from, as links: the job, and the versions it read that the reader may see."""
+
+    job_id: int | None = None
+    algorithm: catalog.VersionLink | None = None
+    datasets: list[catalog.VersionLink] = field(default_factory=list)
+    hidden: int = 0  # versions the reader may not see: counted, not named
+
+
+async def _lineage(session: AsyncSession, cx: Console, raw: Any) -> Lineage | None:
+    """The ``lineage`` metadata a job's output model carries (job_id, algorithm_version_id, dataset_version_ids)."""
+    if not isinstance(raw, dict):
+        return None
+    algorithm = raw.get("algorithm_version_id")
+    datasets = [v for v in raw.get("dataset_version_ids") or [] if isinstance(v, int)]
+    wanted = [*datasets, *([algorithm] if isinstance(algorithm, int) else [])]
+    links = await catalog.version_links(session, cx.actor, wanted)
+    job_id = raw.get("job_id")
+    return Lineage(
+        job_id=job_id if isinstance(job_id, int) else None,
+        algorithm=links.get(algorithm) if isinstance(algorithm, int) else None,
+        datasets=[links[v] for v in datasets if v in links],
+        hidden=sum(v not in links for v in wanted),
     )
 
 

@@ -274,6 +274,8 @@ async def submit_job(post: Post) -> Response:
 async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
     async with cx.ctx.db.read() as session:
         view = await jobs.get_job(session, cx.actor, job_id)
+        saved_id = view.job.output_model_version_id
+        saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
     job = view.job
     tasks = [
         {"name": t.get("name", "worker"), "replicas": int(t.get("replicas", 1)), **t} for t in job.spec.get("tasks", [])
@@ -291,6 +293,9 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         tasks=tasks,
         replicas=[r for r in view.replicas if r.attempt == latest],
         earlier=[r for r in view.replicas if r.attempt != latest],
+        # A job that fails while starting never reaches running (the job's started_at); its replicas did start.
+        saved_model=saved,
+        started=job.started_at or min((r.started_at for r in view.replicas if r.started_at), default=None),
         badges=BADGES,
         finished=job.status in FINISHED,
     )
