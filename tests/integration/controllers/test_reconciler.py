@@ -71,8 +71,9 @@ async def test_job_runs_succeeds_and_saves_its_output_model(
     log = (Path(handle(replica)["run_dir"]) / "output.log").read_text()
     assert log.endswith("hi 0\n")
 
-    # The output became a version of alice's model "tiny", with lineage.
+    # The output became a version of alice's model "tiny", with lineage, named as she writes it.
     assert job.output_model_version_id is not None
+    assert job.message == "saved model tiny:1"
     async with db.read() as session:
         version = await session.get(CatalogVersion, job.output_model_version_id)
         assert version is not None

@@ -190,8 +190,8 @@ CASES = [
     Case(
         "the output model saved -> succeeded with its version",
         job(S.RUNNING, rep(0, R.SUCCEEDED), output_model="tiny"),
-        Observations(saved_version_id=17),
-        Steps(job=JobChange(S.SUCCEEDED, "succeeded", "saved model tiny (version 17)"), output_model_version_id=17),
+        Observations(saved_version_id=17, saved_as="tiny:2"),
+        Steps(job=JobChange(S.SUCCEEDED, "succeeded", "saved model tiny:2"), output_model_version_id=17),
     ),
     Case(
         "the output model could not be saved -> succeeded all the same, saying why",
@@ -207,7 +207,7 @@ CASES = [
         "saved before a crash -> succeeded without saving twice",
         job(S.RUNNING, rep(0, R.SUCCEEDED), output_model="tiny", output_model_version_id=17),
         Observations(),
-        Steps(job=JobChange(S.SUCCEEDED, "succeeded", "saved model tiny (version 17)")),
+        Steps(job=JobChange(S.SUCCEEDED, "succeeded", "saved model tiny")),
     ),
     Case(
         "a command that ended before it was seen running -> succeeded from starting",

@@ -153,14 +153,16 @@ class Hands:
         launches: dict[int, Launch] = {}
         outcomes: dict[int, Outcome] = {}
         saved: int | None = None
-        save_error = ""
+        saved_as = save_error = ""
         if actions.launch:
             launches = await self._launch(state, actions.launch, api_token)
         if actions.stop:
             outcomes = await self._stop(state, actions.stop, actions.stop_reason)
         if actions.save_output:
-            saved, save_error = await self._save_output(state)
-        return Observations(outcomes=outcomes, launches=launches, saved_version_id=saved, save_error=save_error)
+            saved, saved_as, save_error = await self._save_output(state)
+        return Observations(
+            outcomes=outcomes, launches=launches, saved_version_id=saved, saved_as=saved_as, save_error=save_error
+        )
 
     async def _launch(self, state: JobState, ids: Sequence[int], api_token: str) -> dict[int, Launch]:
         """Launch (or adopt) the replicas; a launch that fails is a result, not an exception."""
@@ -206,8 +208,9 @@ class Hands:
         results = await asyncio.gather(*(one(i) for i in ids))
         return dict(r for r in results if r is not None)
 
-    async def _save_output(self, state: JobState) -> tuple[int | None, str]:
-        """Save the output directory as the job's output model version: (version id, or the reason it was not)."""
+    async def _save_output(self, state: JobState) -> tuple[int | None, str, str]:
+        """Save the output directory as the job's output model version: (its id, its reference), or the reason it
+        was not saved."""
         info = state.info
         assert info.spec.output_model is not None
         try:
@@ -225,5 +228,6 @@ class Hands:
             )
         except AicenterError as exc:
             log.warning("job %s: its output model was not saved: %s", info.id, exc.message)
-            return None, exc.message
-        return version, ""
+            return None, "", exc.message
+        async with self.db.read() as session:
+            return version, await catalog.version_reference(session, version), ""

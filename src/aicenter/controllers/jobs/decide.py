@@ -307,7 +307,7 @@ def _succeed(job: JobSnapshot, seen: Observations, facts: list[ReplicaChange]) -
     if seen.save_error:  # the job did its work; the model could not be kept
         message = f"succeeded, but the output model was not saved: {seen.save_error}"[:_MESSAGE_LIMIT]
     elif job.output_model and version is not None:
-        message = f"saved model {job.output_model} (version {version})"
+        message = f"saved model {seen.saved_as or job.output_model}"
     else:
         message = "all replicas exited 0"
     steps = Steps(

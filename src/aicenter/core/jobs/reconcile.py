@@ -125,6 +125,7 @@ class Observations:
         intents: For a scheduled job that was prepared: replica id -> its intent; ``None``: not prepared.
         prepare_error: Why the job could not be prepared (image not built, a bad manifest, no ports).
         saved_version_id: The output model version just saved.
+        saved_as: Its reference as people write it (``linreg-model:2``).
         save_error: Why the output model could not be saved (the job still succeeds).
     """
 
@@ -133,6 +134,7 @@ class Observations:
     intents: Mapping[int, Intent] | None = None
     prepare_error: str = ""
     saved_version_id: int | None = None
+    saved_as: str = ""
     save_error: str = ""
 
 
