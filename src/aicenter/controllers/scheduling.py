@@ -3,8 +3,9 @@
 One replica schedules at a time: the holder of the named lease ``scheduler``. Its ``ClusterState`` and
 ``PendingQueue`` live across ticks and are brought up to date from the database each tick by difference:
 
-- nodes: one read of the node table (nodes are hundreds, not millions); the arrays are rebuilt only when a
-  node's hardware, pool or topology changed, a state change (ready, cordoned, down) is applied in place;
+- nodes: one read of the node table (nodes are hundreds, not millions), each in every pool whose selector
+  matches it (pools overlap); the arrays are rebuilt only when a node's hardware, pools or topology changed, a
+  state change (ready, cordoned, down) is applied in place;
 - running jobs: the ids and attempts of jobs that hold resources (``status IN (...)``, through the status
   index); only jobs that appeared are loaded, with their placed replica rows;
 - pending jobs: the ids of queued jobs (status index again); only jobs new to the queue are loaded.
@@ -31,11 +32,10 @@ from aicenter.config import Settings
 from aicenter.controllers.base import ControllerContext
 from aicenter.controllers.jobs_common import WakeableController
 from aicenter.controllers.jobs_snapshot import (
-    DEFAULT_POOL,
     HOLDING,
     JobFacts,
     epoch,
-    node_pool,
+    node_pools,
     node_signature,
     placements_of,
     to_node,
@@ -46,6 +46,7 @@ from aicenter.controllers.store_gc import replica_name
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus
+from aicenter.core.pools import DEFAULT_POOL
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.leases import NamedLease, renew_row
@@ -227,7 +228,7 @@ class SchedulingController(WakeableController):
 
     async def _sync_nodes(self, session: AsyncSession, pools: list[Pool]) -> None:
         rows = list((await session.scalars(select(Node).order_by(Node.name))).all())
-        nodes = [to_node(row, node_pool(row, pools)) for row in rows]
+        nodes = [to_node(row, node_pools(row, pools)) for row in rows]
         self._node_ids = {row.name: row.id for row in rows}
         sigs = {n.name: node_signature(n) for n in nodes}
         if sigs != self._node_sigs:
