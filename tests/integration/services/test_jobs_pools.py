@@ -93,3 +93,16 @@ async def test_a_cordoned_node_still_counts_it_comes_back(db: Database, tmp_path
         await inventory.set_node_schedule(session, ADMIN, node_id, NodeSchedule.CORDONED)
     view = await submit(db, w.p.alice, explicit())
     assert (view.job.status, view.pool_name) == ("queued", "default")
+
+
+async def test_memory_is_compared_in_the_schedulers_whole_mib(db: Database, tmp_path: Path) -> None:
+    w = await job_world(db, tmp_path)
+    async with db.write() as session:
+        # meminfo counts KiB: a node of 8 GiB and 512 KiB offers the scheduler 8192 MiB.
+        session.add(Node(name="g1", cpu_milli=8000, memory_bytes=8 * GiB + 512 * 1024, labels={"kind": "gpu"}))
+        await inventory.grant_pool(session, ADMIN, w.gpu_pool, w.p.ws)
+    odd = spec(pool="gpu", tasks=[{"resources": {"cpu": 1, "memory": f"{8 * 2**20 + 1}Ki"}, "command": "x"}])
+    with pytest.raises(ValidationFailed) as caught:
+        await submit(db, w.p.alice, odd)  # 8 GiB and 1 KiB: 8193 MiB once rounded up, as the scheduler counts it
+    assert caught.value.details["resource"] == "memory"
+    await submit(db, w.p.alice, {**odd, "tasks": [{"resources": {"cpu": 1, "memory": "8Gi"}, "command": "x"}]})

@@ -42,6 +42,8 @@ from aicenter.services.jobs._queries import load_job
 from aicenter.services.jobs._runtime import notify_after_commit
 from aicenter.services.jobs._views import JobView, job_views
 
+MIB = 2**20
+
 
 @dataclass(frozen=True)
 class Amounts:
@@ -209,6 +211,12 @@ def _devices_of(node: Node, gpu_type: str | None) -> int:
     return sum(1 for acc in node.accelerators or [] if gpu_type is None or acc.get("type") == gpu_type)
 
 
+def _fits_memory(request: int, node: int) -> bool:
+    # In the scheduler's unit: it rounds a request up and a node down to whole MiB, so a request a few bytes under
+    # a node's odd size (meminfo counts KiB) would otherwise be admitted and then never placed.
+    return -(-request // MIB) <= node // MIB
+
+
 def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> None:
     """Refuse a replica that no node of the pool could ever hold, naming the pool and the first resource short.
 
@@ -222,7 +230,9 @@ def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> No
             details={"pool": pool.name, "resource": "nodes", "requested": 1, "largest": 0},
         )
     if any(
-        a.cpu_milli <= n.cpu_milli and a.memory_bytes <= n.memory_bytes and (a.gpu or 0) <= _devices_of(n, a.gpu_type)
+        a.cpu_milli <= n.cpu_milli
+        and _fits_memory(a.memory_bytes, n.memory_bytes)
+        and a.gpu <= _devices_of(n, a.gpu_type)
         for n in nodes
     ):
         return
@@ -236,7 +246,7 @@ def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> No
             f"needs {format_cpu(a.cpu_milli)} CPU; the largest node of pool {pool.name} has {format_cpu(largest_cpu)}"
         )
         shortfall = ("cpu", a.cpu_milli, largest_cpu)
-    elif a.memory_bytes > largest_memory:
+    elif not _fits_memory(a.memory_bytes, largest_memory):
         text = (
             f"needs {format_memory(a.memory_bytes)} memory; the largest node of pool {pool.name} has "
             f"{format_memory(largest_memory)}"
