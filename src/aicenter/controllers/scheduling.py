@@ -8,7 +8,8 @@ One replica schedules at a time: the holder of the named lease ``scheduler``. It
   state change (ready, cordoned, down) is applied in place;
 - running jobs: the ids and attempts of jobs that hold resources (``status IN (...)``, through the status
   index); only jobs that appeared are loaded, with their placed replica rows;
-- pending jobs: the ids of queued jobs (status index again); only jobs new to the queue are loaded.
+- pending jobs: the ids of queued jobs (status index again); only jobs new to the queue are loaded;
+- pools: jobs and quotas carry pool names, so a pool renamed or deleted (rare) makes the tick reload everything.
 
 Finished jobs are never read. Decisions are applied in one write transaction that first checks the lease
 token (a replica that lost the lease while it computed writes nothing): a Place sets the replicas' node and
@@ -110,6 +111,7 @@ class SchedulingController(WakeableController):
         self._attempts: dict[str, int] = {}  # job id -> attempt of its allocation in ``state``
         self._queued_attempts: dict[str, int] = {}  # job id -> attempt of its entry in ``pending``
         self._reasons: dict[str, str] = {}  # job id -> pending_reason as stored
+        self._pool_names: dict[int, str] = {}  # pool id -> name, as the loaded jobs and quotas carry it
 
     # -- lease ------------------------------------------------------------------------------------------------
 
@@ -163,6 +165,11 @@ class SchedulingController(WakeableController):
     async def _sync(self, session: AsyncSession, stats: TickStats) -> None:
         pools = list((await session.scalars(select(Pool))).all())
         pool_names = {p.id: p.name for p in pools}
+        if any(pool_names.get(i) != name for i, name in self._pool_names.items()):
+            # Loaded jobs, usage and quotas carry pool names: after a rename or a deletion (rare) reload them all,
+            # or a queued job would wait for a pool of its old name forever.
+            self._reset()
+        self._pool_names = pool_names
         default_pool = next((p.name for p in pools if p.is_default), DEFAULT_POOL)
         await self._sync_nodes(session, pools)
         await self._sync_quotas(session, pool_names)

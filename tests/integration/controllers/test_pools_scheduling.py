@@ -113,3 +113,25 @@ async def test_what_could_never_run_in_a_pool_is_refused_at_submit_naming_the_po
         assert f'workspace alice may not use pool "{name}"; pools it may use: default, empty, mine' in body["message"]
     async with db.read() as session:
         assert await session.scalar(select(func.count()).select_from(Job)) == 0
+
+
+async def test_a_queued_job_follows_its_pool_through_a_rename(
+    db: Database, settings: Settings, client: httpx.AsyncClient, walk: tuple[Login, Login]
+) -> None:
+    alice, admin = walk
+    [node] = (await client.get("/api/v1/nodes", headers=admin.headers)).json()["items"]
+    assert (await client.post(f"/api/v1/nodes/{node['id']}/cordon", headers=admin.headers)).status_code == 200
+    r = await _submit(client, alice, job_spec("waits", "true", pool="mine"))
+    assert r.status_code == 201, r.text
+    scheduler = SchedulingController(db, settings, owner="a")
+    await scheduler.tick()
+    assert (await job_row(db, r.json()["id"])).pending_reason == "no node of pool mine is ready: 1 cordoned or down"
+
+    pools = (await client.get("/api/v1/pools", headers=admin.headers)).json()["items"]
+    mine = next(p for p in pools if p["name"] == "mine")
+    renamed = await client.patch(f"/api/v1/pools/{mine['id']}", json={"name": "ours"}, headers=admin.headers)
+    assert renamed.status_code == 200, renamed.text
+    assert (await client.post(f"/api/v1/nodes/{node['id']}/uncordon", headers=admin.headers)).status_code == 200
+    await scheduler.tick()
+    job = await job_row(db, r.json()["id"])
+    assert (job.status, job.pending_reason) == ("scheduled", "")
