@@ -89,6 +89,8 @@ async def list_nodes(
         stmt = stmt.where(Node.schedule == schedule.value)
     wanted = dict(parse_label_filter(raw) for raw in labels)
     if pool is not None:
+        # ``core.pools.selector_matches`` as label filters in SQL, so that pagination stays in the database: a
+        # node is in the pool when it carries every label of the selector (labels and selectors are strings).
         selector = await session.scalar(select(Pool.selector).where(Pool.name == pool))
         if selector is None:
             raise ValidationFailed(f'pool "{pool}" does not exist', field="pool")
