@@ -1,8 +1,8 @@
 """From database rows to the scheduler's model (``aicenter.scheduler``): nodes, quotas, jobs and placements.
 
-Pools are label selectors, so a node may match several; the scheduler gives each node one pool. A node belongs
-to the first non-default pool (by name) whose selector matches it, else to the default pool: a pool that an
-admin carved out is that pool's alone, and the default pool keeps what nobody claimed.
+Pools are label selectors and overlap: a node is in every pool whose selector matches it (``default`` holds
+every node), as ``aicenter.core.pools.pools_of`` says for the node and pool views and for admission too. A job
+of pool P may be placed on any ready node of P.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aicenter.core.jobs import JobStatus
+from aicenter.core.pools import pools_of
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.db.models import Job, Node, Pool, Replica
 from aicenter.db.models import Quota as QuotaRow
@@ -21,10 +22,8 @@ from aicenter.scheduler import Device, Quota, ReplicaPlacement, ReplicaRequest, 
 from aicenter.scheduler import Job as SchedJob
 from aicenter.scheduler import Node as SchedNode
 from aicenter.scheduler.model import NodeStatus
-from aicenter.services.inventory import selector_matches
 
 MIB = 1024 * 1024
-DEFAULT_POOL = "default"
 
 # Jobs whose replicas hold resources on nodes: from placement until their replicas are stopped and the job
 # leaves for the queue or a final status. A job with a stop request (a user's stop, a preemption) is left out:
@@ -44,16 +43,9 @@ def epoch(at: datetime | None) -> float | None:
 # -- nodes and quotas -----------------------------------------------------------------------------------------
 
 
-def node_pool(node: Node, pools: Sequence[Pool]) -> str:
-    """The one pool the scheduler files ``node`` under (see the module docstring)."""
-    labels = node.labels or {}
-    default = DEFAULT_POOL
-    for pool in sorted(pools, key=lambda p: p.name):
-        if pool.is_default:
-            default = pool.name
-        elif selector_matches(pool.selector or {}, labels):
-            return pool.name
-    return default
+def node_pools(node: Node, pools: Sequence[Pool]) -> frozenset[str]:
+    """Every pool ``node`` belongs to (``aicenter.core.pools.pools_of``: the one rule, shared with the views)."""
+    return frozenset(pools_of(node.labels, pools))
 
 
 def node_status(node: Node) -> NodeStatus:
@@ -65,7 +57,7 @@ def node_status(node: Node) -> NodeStatus:
     return "ready"
 
 
-def to_node(node: Node, pool: str) -> SchedNode:
+def to_node(node: Node, pools: frozenset[str]) -> SchedNode:
     devices = tuple(
         Device(
             index=int(acc["index"]),
@@ -80,7 +72,7 @@ def to_node(node: Node, pool: str) -> SchedNode:
         cpu_milli=int(node.cpu_milli),
         memory_mib=int(node.memory_bytes) // MIB,
         devices=devices,
-        pool=pool,
+        pools=pools,
         labels={str(k): str(v) for k, v in (node.labels or {}).items()},
         state=node_status(node),
         leaf=node.leaf,
@@ -90,7 +82,15 @@ def to_node(node: Node, pool: str) -> SchedNode:
 
 def node_signature(node: SchedNode) -> tuple[Any, ...]:
     """What, when it changes, needs the state's arrays rebuilt (everything but the node's state)."""
-    return (node.cpu_milli, node.memory_mib, node.devices, node.pool, node.leaf, node.spine, tuple(node.labels.items()))
+    return (
+        node.cpu_milli,
+        node.memory_mib,
+        node.devices,
+        node.pools,
+        node.leaf,
+        node.spine,
+        tuple(node.labels.items()),
+    )
 
 
 def _quota_amounts(amounts: Mapping[str, Any]) -> dict[str, float]:

@@ -3,11 +3,13 @@
 One replica schedules at a time: the holder of the named lease ``scheduler``. Its ``ClusterState`` and
 ``PendingQueue`` live across ticks and are brought up to date from the database each tick by difference:
 
-- nodes: one read of the node table (nodes are hundreds, not millions); the arrays are rebuilt only when a
-  node's hardware, pool or topology changed, a state change (ready, cordoned, down) is applied in place;
+- nodes: one read of the node table (nodes are hundreds, not millions), each in every pool whose selector
+  matches it (pools overlap); the arrays are rebuilt only when a node's hardware, pools or topology changed, a
+  state change (ready, cordoned, down) is applied in place;
 - running jobs: the ids and attempts of jobs that hold resources (``status IN (...)``, through the status
   index); only jobs that appeared are loaded, with their placed replica rows;
-- pending jobs: the ids of queued jobs (status index again); only jobs new to the queue are loaded.
+- pending jobs: the ids of queued jobs (status index again); only jobs new to the queue are loaded;
+- pools: jobs and quotas carry pool names, so a pool renamed or deleted (rare) makes the tick reload everything.
 
 Finished jobs are never read. Decisions are applied in one write transaction that first checks the lease
 token (a replica that lost the lease while it computed writes nothing): a Place sets the replicas' node and
@@ -31,11 +33,10 @@ from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import WakeableController, replica_name
 from aicenter.controllers.jobs_snapshot import (
-    DEFAULT_POOL,
     HOLDING,
     JobFacts,
     epoch,
-    node_pool,
+    node_pools,
     node_signature,
     placements_of,
     to_node,
@@ -45,6 +46,7 @@ from aicenter.controllers.jobs_snapshot import (
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus
+from aicenter.core.pools import DEFAULT_POOL
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.leases import NamedLease, renew_row
@@ -108,6 +110,7 @@ class SchedulingController(WakeableController):
         self._attempts: dict[str, int] = {}  # job id -> attempt of its allocation in ``state``
         self._queued_attempts: dict[str, int] = {}  # job id -> attempt of its entry in ``pending``
         self._reasons: dict[str, str] = {}  # job id -> pending_reason as stored
+        self._pool_names: dict[int, str] = {}  # pool id -> name, as the loaded jobs and quotas carry it
 
     # -- lease ------------------------------------------------------------------------------------------------
 
@@ -161,6 +164,11 @@ class SchedulingController(WakeableController):
     async def _sync(self, session: AsyncSession, stats: TickStats) -> None:
         pools = list((await session.scalars(select(Pool))).all())
         pool_names = {p.id: p.name for p in pools}
+        if any(pool_names.get(i) != name for i, name in self._pool_names.items()):
+            # Loaded jobs, usage and quotas carry pool names: after a rename or a deletion (rare) reload them all,
+            # or a queued job would wait for a pool of its old name forever.
+            self._reset()
+        self._pool_names = pool_names
         default_pool = next((p.name for p in pools if p.is_default), DEFAULT_POOL)
         await self._sync_nodes(session, pools)
         await self._sync_quotas(session, pool_names)
@@ -226,7 +234,7 @@ class SchedulingController(WakeableController):
 
     async def _sync_nodes(self, session: AsyncSession, pools: list[Pool]) -> None:
         rows = list((await session.scalars(select(Node).order_by(Node.name))).all())
-        nodes = [to_node(row, node_pool(row, pools)) for row in rows]
+        nodes = [to_node(row, node_pools(row, pools)) for row in rows]
         self._node_ids = {row.name: row.id for row in rows}
         sigs = {n.name: node_signature(n) for n in nodes}
         if sigs != self._node_sigs:

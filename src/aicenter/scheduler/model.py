@@ -48,7 +48,8 @@ class Node:
         cpu_milli: Allocatable cpu.
         memory_mib: Allocatable memory.
         devices: Accelerators.
-        pool: The pool (queue) the node serves.
+        pools: Every pool the node belongs to. Pools overlap (a node is in ``default`` and in ``a100``); a
+            job of pool P may run on any node whose ``pools`` holds P.
         labels: Free-form labels.
         state: ``ready``, ``cordoned`` or ``down``.
         leaf: Leaf switch; ``None`` = a leaf of its own.
@@ -61,7 +62,7 @@ class Node:
     cpu_milli: int
     memory_mib: int
     devices: tuple[Device, ...] = ()
-    pool: str = "default"
+    pools: frozenset[str] = frozenset({"default"})
     labels: Mapping[str, str] = field(default_factory=dict)
     state: NodeStatus = "ready"
     leaf: str | None = None
@@ -138,7 +139,7 @@ class Job:
         preemptible: Whether the scheduler may evict it.
         estimate_s: Runtime estimate, if known (SJF, backfill).
         datasets: (dataset version id, size MiB) the job reads (cache affinity).
-        pool: The pool it runs in.
+        pool: The pool it runs in: any node that belongs to it (among others, maybe); its quota is that pool's.
         attained_service: Accelerator-seconds received so far (LAS).
         last_checkpoint_at: When it last saved a checkpoint (cheaper to preempt when recent).
         started_at: When it last started, if ever.

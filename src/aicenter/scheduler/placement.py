@@ -55,6 +55,14 @@ class Outcome:
         return bool(self.placements)
 
 
+def no_node_reason(state: ClusterState, pool: str) -> str:
+    """Why nothing of ``pool`` can take work: it has no node at all, or none of its nodes is ready."""
+    members = state.pool_mask(pool)
+    if not members.any():
+        return f"pool {pool} has no node"
+    return f"no node of pool {pool} is ready: {int(members.sum())} cordoned or down"
+
+
 def _types_label(r: ReplicaRequest) -> str:
     return "/".join(sorted(r.accelerator_types)) if r.accelerator_types else "accelerators"
 
@@ -87,6 +95,8 @@ class Placer:
             The placements, or a reason.
         """
         base = state.ready & state.pool_mask(job.pool)
+        if not base.any():
+            return Outcome(reason=no_node_reason(state, job.pool))
         if allowed is not None:
             base = base & allowed
         attempts: list[tuple[BoolArray, FloatArray | None]] = []
@@ -112,6 +122,8 @@ class Placer:
         if len(job.tasks) != 1:
             return self.place(state, job, allowed).reason or "does not fit"
         mask = state.ready & state.pool_mask(job.pool)
+        if not mask.any():
+            return no_node_reason(state, job.pool)
         if allowed is not None:
             mask = mask & allowed
         task = job.tasks[0]

@@ -4,7 +4,9 @@ Who may evict whom (strict, so no two jobs can evict each other in turn):
 - priority: a victim has a lower priority than the preemptor;
 - LAS (Tiresias): a victim sits in a lower queue (more attained service) than the preemptor;
 - reclaim: the preemptor's workspace stays within its guarantee, the victim's workspace is borrowing; after
-  the reclaim the preemptor's workspace is not borrowing, so the victim's cannot reclaim back.
+  the reclaim the preemptor's workspace is not borrowing, so the victim's cannot reclaim back. Reclaim is
+  within one pool (quotas are per pool); by rank, a job of another pool that runs on a node of the
+  preemptor's pool is a candidate too (pools overlap, so such a node serves both).
 
 Victims are preemptible, not protected (a job started by preemption is immune for ``preemption_protect_s``),
 and preferred in this order: lowest rank, most recently checkpointed, shortest running. The search releases
@@ -92,17 +94,23 @@ def find_eviction(
         The eviction, or ``None``.
     """
     borrowing: dict[str, bool] = {}
+    members = state.pool_mask(job.pool)
     cands: list[tuple[tuple[float, float, float], str, RunningJob, str]] = []
     for rj in state.running.values():
         v = rj.job
-        if not v.preemptible or v.pool != job.pool:
+        if not v.preemptible:
+            continue
+        # Pools overlap: a job of another pool is a victim only where it sits on a node of the preemptor's pool,
+        # and only by rank; reclaim is a matter of one pool's quotas.
+        same_pool = v.pool == job.pool
+        if not same_pool and not any(members[state.index[p.node]] for p in rj.placements):
             continue
         if rj.by_preemption and now - rj.started_at < protect_s:
             continue
         r = rank(rj)  # once per job: for LAS this is the costly part of the scan
         if r < job_rank:
             why = f"preempted for job {job.id} of higher rank"
-        elif reclaim and v.workspace != job.workspace:
+        elif reclaim and same_pool and v.workspace != job.workspace:
             if v.workspace not in borrowing:
                 borrowing[v.workspace] = is_borrowing(state, v.workspace, v.pool)
             if not borrowing[v.workspace]:

@@ -89,8 +89,7 @@ class ClusterState:
         self.max_devices = d
         self.types: list[str] = sorted({dev.type for x in nodes for dev in x.devices})
         self.type_id: dict[str, int] = {t: i for i, t in enumerate(self.types)}
-        self.pools: list[str] = sorted({x.pool for x in nodes})
-        self.pool_id: dict[str, int] = {p: i for i, p in enumerate(self.pools)}
+        self.pools: list[str] = sorted({p for x in nodes for p in x.pools})
         leaves: dict[str, int] = {}
         spines: dict[str, int] = {}
         self.cpu_cap = np.array([x.cpu_milli for x in nodes], dtype=np.int64)
@@ -104,7 +103,6 @@ class ClusterState:
         self.dev_mem_free = np.zeros((n, d), dtype=np.int64)
         self.dev_domain = np.full((n, d), -1, dtype=np.int64)
         self.dev_idx = np.full((n, d), -1, dtype=np.int64)
-        self.node_pool = np.array([self.pool_id[x.pool] for x in nodes], dtype=np.int64)
         self.leaf_of = np.zeros(n, dtype=np.int64)
         self.spine_of = np.zeros(n, dtype=np.int64)
         self.leaf_names: list[str] = []
@@ -192,11 +190,10 @@ class ClusterState:
             raise NotFound(f"node {name!r} not found") from None
 
     def pool_mask(self, pool: str) -> BoolArray:
-        """Boolean array over nodes: in ``pool`` (cached; rebuilt only when nodes change)."""
+        """Boolean array over nodes: member of ``pool`` (pools overlap; cached, rebuilt only when nodes change)."""
         m = self._pool_masks.get(pool)
         if m is None:
-            pid = self.pool_id.get(pool, -1)
-            m = self.node_pool == pid
+            m = np.fromiter((pool in x.pools for x in self._nodes), dtype=bool, count=len(self._nodes))
             self._pool_masks[pool] = m
         return m
 

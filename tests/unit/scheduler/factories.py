@@ -20,14 +20,24 @@ def node(
     cpu: int = 64_000,
     mem: int = 512_000,
     domains: int = 1,
-    pool: str = "default",
+    pools: Iterable[str] = ("default",),
     cache: int = 0,
     cached: dict[str, int] | None = None,
 ) -> Node:
-    """A node with ``gpus`` devices split evenly into ``domains`` NVLink domains."""
+    """A node with ``gpus`` devices split evenly into ``domains`` NVLink domains, in ``pools``."""
     per = max(1, gpus // domains)
     devs = tuple(Device(i, gpu_type, 80_000, f"nv{i // per}") for i in range(gpus))
-    return Node(name, cpu, mem, devs, pool=pool, leaf=leaf, spine=spine, cache_capacity_mib=cache, cached=cached or {})
+    return Node(
+        name,
+        cpu,
+        mem,
+        devs,
+        pools=frozenset(pools),
+        leaf=leaf,
+        spine=spine,
+        cache_capacity_mib=cache,
+        cached=cached or {},
+    )
 
 
 def cluster(

@@ -78,8 +78,8 @@ def test_reasons_for_cordoned_and_missing_pool() -> None:
     state = cluster(1)
     state.set_node_state("n0", "cordoned")
     res = Scheduler("default").cycle(state, [job("a", 1), job("b", 1, pool="gpu-h100")], 0.0)
-    assert res.pending["a"] == "no ready node in the pool is available to this job"
-    assert res.pending["b"] == "no ready node in the pool is available to this job"
+    assert res.pending["a"] == "no node of pool default is ready: 1 cordoned or down"
+    assert res.pending["b"] == "pool gpu-h100 has no node"
     state.set_node_state("n0", "ready")
     res = Scheduler("default").cycle(state, [job("a", 1)], 0.0)
     assert len(res.placed) == 1

@@ -158,7 +158,7 @@ def test_cpu_only_job() -> None:
 
 
 def test_pools_are_separate() -> None:
-    state = ClusterState([node("a0", 8, pool="a"), node("b0", 8, pool="b")])
+    state = ClusterState([node("a0", 8, pools=("a",)), node("b0", 8, pools=("b",))])
     res = _place("default", state, job("j", 8, pool="b"), job("k", 8, pool="b"))
     assert nodes_of(res.placed[0].placements) == ["b0"]
     assert res.pending["k"] == "needs 8 accelerators on one node; the most free on one node is 0"

@@ -1,4 +1,5 @@
-"""Property-based: whatever the cluster, jobs and policy, no decision oversubscribes a device, a node or a quota."""
+"""Property-based: whatever the cluster, jobs and policy, no decision oversubscribes a device, a node or a quota,
+and every replica runs on a node of its job's pool (pools overlap)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from aicenter.scheduler import (
 from .factories import A100, V100, node
 
 WORKSPACES = ("a", "b", "c")
+POOLS = ("default", "a100")
 
 
 @st.composite
@@ -38,17 +40,19 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, list[Job], str, int]:
             cpu=draw(st.sampled_from([8_000, 32_000])),
             mem=64_000,
             domains=draw(st.sampled_from([1, 2])),
+            pools=draw(st.sampled_from([("default",), ("default",), POOLS, ("a100",)])),
         )
         for i in range(n)
     ]
     quotas = [
         Quota(
             ws,
-            "default",
+            pool,
             {"accelerators": draw(st.integers(0, 6))},
             {"accelerators": draw(st.integers(1, 12)), "cpu": 40_000},
         )
         for ws in WORKSPACES
+        for pool in POOLS
     ]
     jobs = []
     for k in range(draw(st.integers(1, 25))):
@@ -81,6 +85,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, list[Job], str, int]:
                 min_replicas=draw(st.sampled_from([None, 1])),
                 estimate_s=draw(st.sampled_from([None, 50.0, 500.0])),
                 attained_service=draw(st.sampled_from([0.0, 1e6])),
+                pool=draw(st.sampled_from(["default", "default", "a100"])),
             )
         )
     policy = draw(st.sampled_from(sorted(BUILTIN_POLICIES)))
@@ -129,6 +134,7 @@ def test_no_decision_oversubscribes(scenario: tuple[ClusterState, list[Job], str
             elif isinstance(d, Place):
                 job = pending.pop(d.job_id)
                 assert len(d.placements) >= job.gang_min  # gang: never partial
+                assert all(job.pool in state.node(p.node).pools for p in d.placements)
                 if reserved is not None and {p.node for p in d.placements} & set(reserved.nodes):
                     # Backfill never delays the reservation: only jobs that end before it starts use its nodes.
                     assert reserved.start_at is not None

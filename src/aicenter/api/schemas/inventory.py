@@ -142,7 +142,9 @@ class NodeOut(Schema):
     schedule: str = Field(description="schedulable, cordoned or draining.")
     state: str = Field(description="ready, not_ready or down (from heartbeats).")
     last_heartbeat_at: datetime | None
-    pools: list[str] = Field(description="Names of the pools whose selector matches the node's labels.")
+    pools: list[str] = Field(
+        description="Every pool the node is in: those whose selector matches its labels (pools overlap)."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -224,7 +226,9 @@ class PoolOut(Schema):
     description: str
     selector: dict[str, str]
     is_default: bool
-    node_count: int
+    node_count: int = Field(
+        description="Nodes whose labels match the selector; pools overlap, so a node counts in every pool it is in."
+    )
     workspaces: list[int] | None = Field(description="Ids of the workspaces that may use the pool (admins only).")
     created_at: datetime
 

@@ -292,11 +292,16 @@ class TaskSpec(SpecModel):
 
 
 class JobSpec(SpecModel):
-    """A job as submitted. See docs/jobs.md for every field and rule."""
+    """A job as submitted. See docs/jobs.md for every field and rule.
+
+    ``pool`` names the pool the job runs in; when absent, the jobs service takes the pool of the tasks' resource
+    specs, else the default pool.
+    """
 
     kind: JobKind = JobKind.TRAIN
     name: str
     workspace: str | None = None
+    pool: str | None = None
     description: str = ""
     image: str = "host"
     algorithm: str | None = None
@@ -323,7 +328,7 @@ class JobSpec(SpecModel):
     def _priority(cls, value: Any) -> Priority:
         return choice(Priority, value)
 
-    @field_validator("name", "workspace", "output_model", mode="before")
+    @field_validator("name", "workspace", "pool", "output_model", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
         return value if value is None else core_check(check_name, _string(value))

@@ -1,10 +1,12 @@
 """The resource inventory: nodes, accelerator types, resource specs, pools and pool grants.
 
-Platform admins manage all of it; members read the specs and pools their workspaces may use. Executors
+Platform admins manage all of it; members read the specs and pools their workspaces may use. Which pools a
+node is in is decided by ``aicenter.core.pools.pools_of`` (re-exported here) and nowhere else: pools overlap. Executors
 register the hosts they find through ``register_host`` and keep them alive with ``heartbeat``.
 """
 
-from aicenter.services.inventory._common import UNSET, check_labels, selector_matches
+from aicenter.core.pools import is_member, pools_of, selector_matches
+from aicenter.services.inventory._common import UNSET, check_labels
 from aicenter.services.inventory._hosts import heartbeat, mark_lost_nodes, register_host
 from aicenter.services.inventory._nodes import (
     AcceleratorInput,
@@ -27,6 +29,7 @@ from aicenter.services.inventory._pools import (
     granted_pool_ids,
     list_pool_workspaces,
     list_pools,
+    pool_nodes,
     revoke_pool,
     update_pool,
 )
@@ -63,12 +66,15 @@ __all__ = [
     "grant_pool",
     "granted_pool_ids",
     "heartbeat",
+    "is_member",
     "list_accelerator_types",
     "list_nodes",
     "list_pool_workspaces",
     "list_pools",
     "list_specs",
     "mark_lost_nodes",
+    "pool_nodes",
+    "pools_of",
     "register_host",
     "revoke_pool",
     "selector_matches",

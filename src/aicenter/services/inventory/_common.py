@@ -80,11 +80,6 @@ def check_topology(value: str | None, field: str) -> str | None:
     return check_label_value(value, field, allow_empty=False)
 
 
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Whether a node with ``labels`` belongs to a pool with ``selector`` (an empty selector matches all)."""
-    return all(labels.get(key) == value for key, value in selector.items())
-
-
 def parse_label_filter(value: str, field: str = "label") -> tuple[str, str]:
     """``key=value`` (as in ``?label=aicenter.io/hostname=gpu-01``) -> ``(key, value)``."""
     key, eq, label_value = value.partition("=")

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_name, check_text
+from aicenter.core.pools import pools_of
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.db.models import Node, Pool
 from aicenter.db.pagination import Page, paginate
@@ -25,7 +26,6 @@ from aicenter.services.inventory._common import (
     cpu_milli,
     memory_bytes,
     parse_label_filter,
-    selector_matches,
 )
 from aicenter.services.inventory._pools import pools_by_name
 from aicenter.services.inventory._types import types_by_name
@@ -46,18 +46,14 @@ class AcceleratorInput:
 
 @dataclass(frozen=True)
 class NodeView:
-    """A node and the names of the pools whose selector matches its labels."""
+    """A node and the names of every pool it belongs to (``aicenter.core.pools.pools_of``; pools overlap)."""
 
     node: Node
     pools: list[str]
 
 
-def pool_names(pools: Sequence[Pool], labels: Mapping[str, Any]) -> list[str]:
-    return [p.name for p in pools if selector_matches(p.selector or {}, labels)]
-
-
 async def _view(session: AsyncSession, node: Node) -> NodeView:
-    return NodeView(node, pool_names(await pools_by_name(session), node.labels or {}))
+    return NodeView(node, pools_of(node.labels, await pools_by_name(session)))
 
 
 async def _get(session: AsyncSession, actor: Actor, node_id: int, doing: str) -> Node:
@@ -93,6 +89,8 @@ async def list_nodes(
         stmt = stmt.where(Node.schedule == schedule.value)
     wanted = dict(parse_label_filter(raw) for raw in labels)
     if pool is not None:
+        # ``core.pools.selector_matches`` as label filters in SQL, so that pagination stays in the database: a
+        # node is in the pool when it carries every label of the selector (labels and selectors are strings).
         selector = await session.scalar(select(Pool.selector).where(Pool.name == pool))
         if selector is None:
             raise ValidationFailed(f'pool "{pool}" does not exist', field="pool")
@@ -103,7 +101,7 @@ async def list_nodes(
         stmt = stmt.where(Node.labels[key].as_string() == value)
     page = await paginate(session, stmt, Node.id, limit=limit, cursor=cursor)
     pools = await pools_by_name(session) if page.items else []
-    return Page([NodeView(n, pool_names(pools, n.labels or {})) for n in page.items], page.next_cursor)
+    return Page([NodeView(n, pools_of(n.labels, pools)) for n in page.items], page.next_cursor)
 
 
 async def get_node(session: AsyncSession, actor: Actor, node_id: int) -> NodeView:

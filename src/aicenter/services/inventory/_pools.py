@@ -1,4 +1,8 @@
-"""Pools (sets of nodes chosen by a label selector) and which workspaces may use them."""
+"""Pools (sets of nodes chosen by a label selector) and which workspaces may use them.
+
+Pools overlap: a node is in every pool whose selector matches it (``aicenter.core.pools``), so the node count of
+the default pool is every node, and a node of an ``a100`` pool is counted there as well.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import Conflict, NotFound
 from aicenter.core.names import check_name, check_text
+from aicenter.core.pools import DEFAULT_POOL, is_member
 from aicenter.db.models import Membership, Node, Pool, PoolGrant, Quota, ResourceSpec, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
 from aicenter.services.access import get_visible_workspace, require_platform_admin
 from aicenter.services.context import Actor
-from aicenter.services.inventory._common import UNSET, Unset, check_labels, selector_matches
+from aicenter.services.inventory._common import UNSET, Unset, check_labels
 
-DEFAULT_POOL = "default"
+__all__ = ["DEFAULT_POOL"]  # re-exported by the package
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ async def _views(session: AsyncSession, actor: Actor, pools: Sequence[Pool]) -> 
     return [
         PoolView(
             pool,
-            sum(1 for node_labels in labels if selector_matches(pool.selector or {}, node_labels)),
+            sum(1 for node_labels in labels if is_member(node_labels, pool)),
             grants[pool.id] if actor.is_platform_admin else None,
         )
         for pool in pools
@@ -276,3 +281,13 @@ async def list_pool_workspaces(session: AsyncSession, actor: Actor, pool_id: int
 async def pools_by_name(session: AsyncSession) -> list[Pool]:
     """Every pool, for matching nodes against selectors (pools are few: tens, not thousands)."""
     return list((await session.scalars(select(Pool).order_by(Pool.name))).all())
+
+
+async def pool_nodes(session: AsyncSession, pool: Pool) -> list[Node]:
+    """Every node of ``pool``, whatever its state or schedule (a cordoned or down node comes back), by name.
+
+    Selectors are matched in Python (``aicenter.core.pools``), as everywhere: JSON containment differs between
+    SQLite and PostgreSQL, and nodes are hundreds, not millions.
+    """
+    nodes = (await session.scalars(select(Node).order_by(Node.name))).all()
+    return [n for n in nodes if is_member(n.labels, pool)]

@@ -2,7 +2,9 @@
 
 Everything is checked before anything is written, and everything is written in the caller's one transaction:
 a refused job leaves no row behind. What could never run is refused here rather than left queued forever: a
-replica larger than every schedulable node of the pool, a job larger than the workspace's quota maximum there.
+pool the workspace is not granted, a pool with no node, a replica larger than every node of the pool (pools
+overlap: a node is in every pool whose selector matches it), a job larger than the workspace's quota maximum
+there.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from aicenter.core import jobs as core
 from aicenter.core.catalog import ItemKind, VersionState
 from aicenter.core.errors import Conflict, Forbidden, NotFound, QuotaExceeded, ValidationFailed
 from aicenter.core.jobs import JobSpec, JobStatus, ReplicaStatus, ResourceRequest
+from aicenter.core.pools import DEFAULT_POOL
 from aicenter.core.quantity import format_cpu, format_memory
-from aicenter.core.roles import NodeSchedule
 from aicenter.db.models import (
     AcceleratorType,
     Job,
@@ -34,12 +36,13 @@ from aicenter.db.models import (
     Workspace,
 )
 from aicenter.events import notify_after_commit
-from aicenter.services import audit, catalog
+from aicenter.services import audit, catalog, inventory
 from aicenter.services.context import Actor
-from aicenter.services.inventory import selector_matches
 from aicenter.services.jobs._lifecycle import record_created, transition
 from aicenter.services.jobs._queries import load_job
 from aicenter.services.jobs._views import JobView, job_views
+
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -150,47 +153,86 @@ def _amounts(request: ResourceRequest, spec: ResourceSpec | None) -> Amounts:
     return Amounts(spec.cpu_milli, spec.memory_bytes, spec.accelerators, spec.accelerator_type, None, spec)
 
 
+async def _granted_names(session: AsyncSession, granted: set[int]) -> str:
+    names = sorted((await session.scalars(select(Pool.name).where(Pool.id.in_(granted)))).all()) if granted else []
+    return ", ".join(names) if names else "none; ask a platform admin to grant one"
+
+
 async def _choose_pool(
-    session: AsyncSession, workspace: Workspace, specs: list[tuple[str, ResourceSpec | None]], granted: set[int]
+    session: AsyncSession,
+    workspace: Workspace,
+    named: str | None,
+    specs: list[tuple[str, ResourceSpec | None]],
+    granted: set[int],
 ) -> Pool:
-    """The pool of the job: the pool of its specs (they must agree), else the default pool if granted, else the
-    first granted pool by name."""
-    chosen: tuple[str, int] | None = None
+    """The pool of the job: ``pool:`` of the spec, else the pool of its resource specs (they must agree), else the
+    default pool. The workspace must be granted it; a resource spec bound to a pool must be of the job's pool."""
+    bound: tuple[str, ResourceSpec] | None = None
     for field, spec in specs:
         if spec is None or spec.pool_id is None:
             continue
-        if chosen is not None and chosen[1] != spec.pool_id:
+        if bound is not None and bound[1].pool_id != spec.pool_id:
             raise ValidationFailed(
-                f'spec "{spec.name}" is in another pool than the spec of {chosen[0]}; a job runs in one pool',
+                f'spec "{spec.name}" is in another pool than the spec of {bound[0]}; a job runs in one pool',
                 field=field,
             )
-        chosen = (field, spec.pool_id)
-    if chosen is not None:
-        pool = await session.get(Pool, chosen[1])
+        bound = bound or (field, spec)
+    pool: Pool | None
+    if named is not None:
+        pool = await session.scalar(select(Pool).where(Pool.name == named))
+        field = "pool"
+    elif bound is not None:
+        pool = await session.get(Pool, bound[1].pool_id)
         assert pool is not None  # resource_specs.pool_id is a RESTRICT foreign key
-        return pool
-    if not granted:
+        field = bound[0]
+    else:
+        pool = await session.scalar(select(Pool).where(Pool.is_default.is_(True)))
+        field = "pool"
+    if pool is None or pool.id not in granted:
+        # A pool that does not exist and one not granted read alike: pools of others are not listed to members.
+        shown = named if named is not None else (pool.name if pool is not None else DEFAULT_POOL)
         raise ValidationFailed(
-            f"workspace {workspace.name} may not use any pool; ask a platform admin to grant one", field="workspace"
+            f'workspace {workspace.name} may not use pool "{shown}"; pools it may use: '
+            f"{await _granted_names(session, granted)}",
+            field=field,
+            details={"pool": shown},
         )
-    pools = (await session.scalars(select(Pool).where(Pool.id.in_(granted)))).all()
-    return min(pools, key=lambda p: (not p.is_default, p.name))
-
-
-def _describe(a: Amounts, what: str) -> str:
-    return f"{format_cpu(a.cpu_milli)} CPU" if what == "cpu" else f"{format_memory(a.memory_bytes)} memory"
+    if bound is not None and bound[1].pool_id != pool.id:
+        other = await session.get(Pool, bound[1].pool_id)
+        raise ValidationFailed(
+            f'spec "{bound[1].name}" is only usable in pool {other.name if other else bound[1].pool_id}, but the job '
+            f"runs in pool {pool.name}",
+            field=bound[0],
+        )
+    return pool
 
 
 def _devices_of(node: Node, gpu_type: str | None) -> int:
     return sum(1 for acc in node.accelerators or [] if gpu_type is None or acc.get("type") == gpu_type)
 
 
+def _fits_memory(request: int, node: int) -> bool:
+    # In the scheduler's unit: it rounds a request up and a node down to whole MiB, so a request a few bytes under
+    # a node's odd size (meminfo counts KiB) would otherwise be admitted and then never placed.
+    return -(-request // MIB) <= node // MIB
+
+
 def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> None:
-    """Refuse a replica that no schedulable node of the pool could ever hold, naming the first resource short."""
+    """Refuse a replica that no node of the pool could ever hold, naming the pool and the first resource short.
+
+    Every member counts, cordoned and down ones too: they come back, and the job waits for them with a reason
+    that says so. What no member can hold, though, would wait forever.
+    """
     if not nodes:
-        raise ValidationFailed(f"pool {pool.name} has no schedulable node", field=field)
+        raise ValidationFailed(
+            f"pool {pool.name} has no node; no replica can run there",
+            field=field,
+            details={"pool": pool.name, "resource": "nodes", "requested": 1, "largest": 0},
+        )
     if any(
-        a.cpu_milli <= n.cpu_milli and a.memory_bytes <= n.memory_bytes and (a.gpu or 0) <= _devices_of(n, a.gpu_type)
+        a.cpu_milli <= n.cpu_milli
+        and _fits_memory(a.memory_bytes, n.memory_bytes)
+        and a.gpu <= _devices_of(n, a.gpu_type)
         for n in nodes
     ):
         return
@@ -198,29 +240,30 @@ def _check_fits(field: str, a: Amounts, nodes: Sequence[Node], pool: Pool) -> No
     largest_memory = max(n.memory_bytes for n in nodes)
     largest_devices = max(_devices_of(n, a.gpu_type) for n in nodes)
     device_name = a.gpu_type or "accelerator"
+    shortfall: tuple[str, int, int] | None = None
     if a.cpu_milli > largest_cpu:
         text = (
             f"needs {format_cpu(a.cpu_milli)} CPU; the largest node of pool {pool.name} has {format_cpu(largest_cpu)}"
         )
-    elif a.memory_bytes > largest_memory:
+        shortfall = ("cpu", a.cpu_milli, largest_cpu)
+    elif not _fits_memory(a.memory_bytes, largest_memory):
         text = (
             f"needs {format_memory(a.memory_bytes)} memory; the largest node of pool {pool.name} has "
             f"{format_memory(largest_memory)}"
         )
+        shortfall = ("memory", a.memory_bytes, largest_memory)
     elif a.gpu > largest_devices:
         text = f"needs {a.gpu} {device_name} device(s); the most any node of pool {pool.name} has is {largest_devices}"
+        shortfall = (a.gpu_type or "accelerators", a.gpu, largest_devices)
     else:
         text = (
             f"needs {format_cpu(a.cpu_milli)} CPU, {format_memory(a.memory_bytes)} memory and {a.gpu} "
             f"{device_name} device(s) on one node; no node of pool {pool.name} has all of them"
         )
-    raise ValidationFailed(text, field=field)
-
-
-async def _pool_nodes(session: AsyncSession, pool: Pool) -> list[Node]:
-    # Selectors are matched in Python, as in services/inventory: JSON containment differs between backends.
-    nodes = (await session.scalars(select(Node).where(Node.schedule == NodeSchedule.SCHEDULABLE.value))).all()
-    return [n for n in nodes if selector_matches(pool.selector or {}, n.labels or {})]
+    details: dict[str, Any] = {"pool": pool.name}
+    if shortfall is not None:
+        details.update(resource=shortfall[0], requested=shortfall[1], largest=shortfall[2])
+    raise ValidationFailed(text, field=field, details=details)
 
 
 async def _check_quota(session: AsyncSession, workspace: Workspace, pool: Pool, replicas: Sequence[Amounts]) -> None:
@@ -318,11 +361,9 @@ async def submit_job(
             if t.resources.gpu_type
         ],
     )
-    pool = await _choose_pool(session, workspace, specs, granted)
-    if pool.id not in granted:
-        raise ValidationFailed(f"workspace {workspace.name} may not use pool {pool.name}", field="tasks")
+    pool = await _choose_pool(session, workspace, spec.pool, specs, granted)
     amounts = [_amounts(task.resources, s) for task, (_, s) in zip(spec.tasks, specs, strict=True)]
-    nodes = await _pool_nodes(session, pool)
+    nodes = await inventory.pool_nodes(session, pool)
     for i, a in enumerate(amounts):
         _check_fits(f"tasks[{i}].resources", a, nodes, pool)
     per_task = dict(zip((t.name for t in spec.tasks), amounts, strict=True))
