@@ -15,6 +15,16 @@ from aicenter.services.jobs._lifecycle import (
     stop_job,
     transition,
 )
+from aicenter.services.jobs._metrics import (
+    DEFAULT_POINTS,
+    MAX_POINTS,
+    JobMetrics,
+    MetricPoint,
+    MetricSeries,
+    final_metrics,
+    job_metrics,
+    metric_files,
+)
 from aicenter.services.jobs._queries import (
     LogTarget,
     get_job,
@@ -43,19 +53,26 @@ from aicenter.services.jobs._views import JobView, TemplateView, job_views, temp
 _register_usage()
 
 __all__ = [
+    "DEFAULT_POINTS",
+    "MAX_POINTS",
     "SYSTEM",
     "Amounts",
+    "JobMetrics",
     "JobView",
     "LogTarget",
+    "MetricPoint",
+    "MetricSeries",
     "TemplateView",
     "create_template",
     "create_template_from_job",
     "delete_job",
     "delete_template",
+    "final_metrics",
     "force_stop",
     "get_job",
     "get_template",
     "issue_job_token",
+    "job_metrics",
     "job_token_name",
     "job_views",
     "list_events",
@@ -65,6 +82,7 @@ __all__ = [
     "load_job",
     "load_spec",
     "log_target",
+    "metric_files",
     "read_logs",
     "record_created",
     "replica_usage",
