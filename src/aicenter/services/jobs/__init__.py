@@ -24,6 +24,7 @@ from aicenter.services.jobs._metrics import (
     final_metrics,
     job_metrics,
     metric_files,
+    read_job_metrics,
 )
 from aicenter.services.jobs._queries import (
     LogTarget,
@@ -83,6 +84,7 @@ __all__ = [
     "load_spec",
     "log_target",
     "metric_files",
+    "read_job_metrics",
     "read_logs",
     "record_created",
     "replica_usage",

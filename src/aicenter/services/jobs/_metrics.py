@@ -41,6 +41,7 @@ __all__ = [
     "final_metrics",
     "job_metrics",
     "metric_files",
+    "read_job_metrics",
 ]
 
 DEFAULT_POINTS = 2_000
@@ -268,12 +269,13 @@ def _read_series(
     name: str | None,
     since: datetime | None,
     limit: int,
+    max_bytes: int,
 ) -> _Read:
     """Points after ``cursor``, at most ``limit`` of them and ``MAX_SCAN_BYTES`` read; stops after a whole line."""
     start_attempt, start_offset = _parse_cursor(cursor)
     series: dict[str, MetricSeries] = {}
     count = 0
-    budget = MAX_SCAN_BYTES
+    budget = max_bytes
     position = (start_attempt, start_offset)
     for attempt, path in files:
         if attempt < start_attempt:
@@ -356,22 +358,27 @@ async def job_metrics(
     tasks = list(dict.fromkeys(t for t, _ in ranks))
     if task is not None and task not in tasks:
         raise NotFound(f'job {job.id} has no task "{task}" (its tasks: {", ".join(tasks)})', details={"field": "task"})
-    return await asyncio.to_thread(_read_job, jobs_path, job.id, ranks, task, replica, name, since, cursor, limit)
+    return await asyncio.to_thread(
+        read_job_metrics, jobs_path, job.id, ranks, task, replica, name, since, cursor, limit
+    )
 
 
-def _read_job(
+def read_job_metrics(
     jobs_path: Path,
     job_id: int,
-    ranks: list[tuple[str, int]],
-    task: str | None,
-    replica: int | None,
-    name: str | None,
-    since: datetime | None,
-    cursor: str | None,
-    limit: int,
+    ranks: Sequence[tuple[str, int]],
+    task: str | None = None,
+    replica: int | None = None,
+    name: str | None = None,
+    since: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = DEFAULT_POINTS,
+    max_bytes: int = MAX_SCAN_BYTES,
 ) -> JobMetrics:
+    """``job_metrics`` without the access check: blocking file reads (``ranks`` as in ``final_metrics``); one
+    call reads at most about ``max_bytes`` of files."""
     files = metric_files(jobs_path, job_id)
-    order = ranks + sorted(k for k in files if k not in set(ranks))
+    order = list(ranks) + sorted(k for k in files if k not in set(ranks))
     reporting = [k for k in order if k in files]
     if task is not None:
         key = (task, replica or 0)
@@ -380,7 +387,7 @@ def _read_job(
     else:
         key = reporting[0] if reporting else (ranks[0] if ranks else ("worker", 0))
     chosen = files.get(key, [])
-    read = _read_series(chosen, cursor, name=name, since=since, limit=limit)
+    read = _read_series(chosen, cursor, name=name, since=since, limit=limit, max_bytes=max_bytes)
     return JobMetrics(
         job_id=job_id,
         task=key[0],
