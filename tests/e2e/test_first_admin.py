@@ -72,12 +72,14 @@ def test_up_on_a_busy_port_fails_clearly_and_creates_no_admin(tmp_path: Path) ->
         held.listen()
         port = held.getsockname()[1]
         busy = _aicenter("up", "--home", str(home), "--port", str(port))
+        busy_workers = _aicenter("up", "--home", str(home), "--port", str(port), "--workers", "2")
     assert busy.returncode == 1, busy.stderr
     assert busy.stderr.startswith(f"error: port_in_use: cannot listen on 127.0.0.1:{port}"), busy.stderr
     assert "--port" in busy.stderr
     assert "Traceback" not in busy.stderr
     assert "password" not in busy.stdout
     assert not (home / "aicenter.db").exists()  # nothing was created: no database, no admin
+    assert (busy_workers.returncode, busy_workers.stderr) == (1, busy.stderr)
 
     first = _first_start_output(home, free_port())
     assert "Created platform admin 'admin' with password: " in first
