@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import NotFound, ValidationFailed
-from aicenter.runtime.files import METRICS_FILE, parse_stamp
+from aicenter.runtime.files import METRICS_FILE
 from aicenter.services.context import Actor
 from aicenter.services.jobs._queries import load_job
 from aicenter.services.jobs._runtime import job_dirs
@@ -122,20 +122,38 @@ def metric_files(jobs_path: Path, job_id: int) -> dict[tuple[str, int], list[tup
     return found
 
 
+def _stamp(value: object) -> datetime | None:
+    # fromisoformat rather than runtime.files.parse_stamp's strptime: ~1 us instead of ~10 us a line.
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _point(step: object, at: datetime, value: object) -> MetricPoint | None:
+    """The point of one reported value; None for what is not a number (or null)."""
+    step = step if isinstance(step, int) and not isinstance(step, bool) else None
+    if value is None:
+        return MetricPoint(step, at, None)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return MetricPoint(step, at, number if math.isfinite(number) else None)
+    return None
+
+
 def _points(record: dict[str, Any]) -> Iterator[tuple[str, MetricPoint]]:
-    at = parse_stamp(record.get("at"))
+    at = _stamp(record.get("at"))
     if at is None:
         return
     step = record.get("step")
-    step = step if isinstance(step, int) and not isinstance(step, bool) else None
     for name, value in record.items():
-        if name in _RESERVED:
-            continue
-        if value is None:
-            yield name, MetricPoint(step, at, None)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            number = float(value)
-            yield name, MetricPoint(step, at, number if math.isfinite(number) else None)
+        if name not in _RESERVED:
+            point = _point(step, at, value)
+            if point is not None:
+                yield name, point
 
 
 def _lines(path: Path, offset: int, max_bytes: int) -> Iterator[tuple[int, bytes]]:
@@ -158,8 +176,14 @@ def _lines(path: Path, offset: int, max_bytes: int) -> Iterator[tuple[int, bytes
                 return
 
 
-def _records(path: Path, offset: int, max_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+def _records(
+    path: Path, offset: int, max_bytes: int, *, containing: bytes | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parsed lines from ``offset``; a line without ``containing`` (a metric's quoted name) is not parsed."""
     for end, line in _lines(path, offset, max_bytes):
+        if containing is not None and containing not in line:
+            yield end, {}
+            continue
         try:
             record = json.loads(line)
         except ValueError:
@@ -190,11 +214,20 @@ class _LatestCache:
         if cached is None or inode != stat.st_ino or stat.st_size < offset:
             offset, values = 0, {}
         if stat.st_size > offset:
-            values = dict(values)
+            # The last raw record of each name, turned into points once at the end: building a point per value
+            # costs the scan of a long file several times over.
+            last: dict[str, dict[str, Any]] = {}
             for end, record in _records(path, offset, stat.st_size - offset):
-                for name, point in _points(record):
-                    values[name] = point
+                for name in record:
+                    if name not in _RESERVED:
+                        last[name] = record
                 offset = end
+            values = dict(values)
+            for name, record in last.items():
+                at = _stamp(record.get("at"))
+                point = None if at is None else _point(record.get("step"), at, record[name])
+                if point is not None:
+                    values[name] = point
         with self._lock:
             self._entries[key] = (stat.st_ino, offset, values)
             self._entries.move_to_end(key)
@@ -276,13 +309,14 @@ def _read_series(
     series: dict[str, MetricSeries] = {}
     count = 0
     budget = max_bytes
+    needle = None if name is None else json.dumps(name).encode()
     position = (start_attempt, start_offset)
     for attempt, path in files:
         if attempt < start_attempt:
             continue
         offset = start_offset if attempt == start_attempt else 0
         position = (attempt, offset)
-        for end, record in _records(path, offset, budget):
+        for end, record in _records(path, offset, budget, containing=needle):
             budget -= end - position[1]
             position = (attempt, end)
             for metric, point in _points(record):
