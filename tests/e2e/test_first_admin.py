@@ -4,6 +4,9 @@ with ``aicenter admin reset-password`` (no API, no sign-in), on SQLite and Postg
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import selectors
 import signal
 import socket
@@ -63,6 +66,37 @@ def _first_start_output(home: Path, port: int) -> str:
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=30) == 0
     return "".join(lines)
+
+
+def _reset_on_a_terminal(home: list[str], env: dict[str, str], answers: list[str]) -> str:
+    """Run ``admin reset-password admin`` on a pseudo-terminal, answering its prompts in turn; its output."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [_executable("aicenter"), "admin", "reset-password", "admin", *home],
+        stdin=child, stdout=child, stderr=child, env=clean_env(**env), close_fds=True,
+    )  # fmt: skip
+    os.close(child)
+    output = b""
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+                if output.endswith((b"password: ", b"confirmation: ")) and answers:  # a prompt waits
+                    os.write(main, answers.pop(0).encode() + b"\n")
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(main)
+    assert proc.wait(timeout=30) == 0, output.decode(errors="replace")
+    return output.decode(errors="replace")
 
 
 def test_up_on_a_busy_port_fails_clearly_and_creates_no_admin(tmp_path: Path) -> None:
@@ -141,6 +175,13 @@ def test_reset_password_on_the_servers_database_signs_the_admin_in_again(
         assert unknown.returncode == 1
         assert unknown.stderr.startswith('error: not_found: no user is named "nobody"'), unknown.stderr
         assert "Traceback" not in unknown.stderr
+
+        prompted = _reset_on_a_terminal(
+            home, database_env, ["first-Try-123", "other-Try-456", NEW_PASSWORD, NEW_PASSWORD]
+        )
+        assert "do not match" in prompted
+        assert "password of user 'admin' reset" in prompted
+        assert _login(server.url, NEW_PASSWORD).status_code == 200
 
         weak = _aicenter("admin", "reset-password", "admin", *home, "--password-stdin", stdin="short\n", **database_env)
         assert weak.returncode == 2
