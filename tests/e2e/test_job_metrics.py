@@ -109,3 +109,6 @@ def test_a_venv_image_job_reports_metrics_seen_by_cli_api_and_sdk(server: Server
     missing = api.get(f"/api/v1/jobs/{job_id}/metrics", params={"task": "ps"})
     assert missing.status_code == 404
     assert missing.json()["error"]["details"]["field"] == "task"
+    no_replica = api.get(f"/api/v1/jobs/{job_id}/metrics", params={"replica": 3})
+    assert no_replica.status_code == 404
+    assert no_replica.json()["error"]["message"] == f"job {job_id} has no replica worker-3"

@@ -379,7 +379,7 @@ async def job_metrics(
         limit: Most points to return (1 to ``MAX_POINTS``).
 
     Raises:
-        NotFound: No such job (for this actor) or task; ``details['field']`` says which.
+        NotFound: No such job (for this actor), task or replica; ``details['field']`` says which.
         ValidationFailed: A malformed cursor or a limit out of range.
     """
     if not 1 <= limit <= MAX_POINTS:
@@ -392,6 +392,9 @@ async def job_metrics(
     tasks = list(dict.fromkeys(t for t, _ in ranks))
     if task is not None and task not in tasks:
         raise NotFound(f'job {job.id} has no task "{task}" (its tasks: {", ".join(tasks)})', details={"field": "task"})
+    owner = task or (tasks[0] if tasks else "worker")
+    if replica is not None and (owner, replica) not in set(ranks):
+        raise NotFound(f"job {job.id} has no replica {owner}-{replica}", details={"field": "replica"})
     return await asyncio.to_thread(
         read_job_metrics, jobs_path, job.id, ranks, task, replica, name, since, cursor, limit
     )
