@@ -375,6 +375,53 @@ def events(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Outp
         out.show(api.job_events(_job_id(api, job, workspace)), output, _EVENT_COLUMNS)
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+_LATEST_COLUMNS: list[out.Column] = [
+    ("METRIC", lambda row: row[0]),
+    ("VALUE", lambda row: _number(row[1].value)),
+    ("STEP", lambda row: row[1].step),
+    ("AT", lambda row: row[1].at),
+]
+_POINT_COLUMNS: list[out.Column] = [
+    ("STEP", lambda p: p.step),
+    ("VALUE", lambda p: _number(p.value)),
+    ("AT", lambda p: p.at),
+]
+
+
+@job_app.command("metrics")
+def metrics(
+    job: JobArg,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Print this metric's whole series.")] = None,
+    task: TaskOpt = None,
+    replica: ReplicaOpt = None,
+    workspace: WorkspaceOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """What the job reported with `aicenter.runtime.report`: the latest value of every metric, or one series."""
+    with client() as api:
+        job_id = _job_id(api, job, workspace)
+        if name is not None:
+            points = list(api.job_metric_series(job_id, name, task=task, replica=replica))
+            out.show(points, output, _POINT_COLUMNS)
+            return
+        page = api.job_metrics(job_id, task=task, replica=replica, limit=1)
+    if output is not Output.table:
+        summary = {k: v for k, v in page.to_json().items() if k in ("job_id", "task", "replica", "reporting", "latest")}
+        out.show(summary, output)
+        return
+    if not page.latest:
+        typer.echo(f"job {job_id} has reported no metrics (aicenter.runtime.report) so far")
+        return
+    others = [r for r in page.reporting if r != f"{page.task}-{page.replica}"]
+    if others:
+        typer.echo(f"replica {page.task}-{page.replica} (also reporting: {', '.join(others)}; see --task/--replica)")
+    out.show(sorted(page.latest.items()), output, _LATEST_COLUMNS)
+
+
 @job_app.command("stop")
 def stop(
     job: JobArg,

@@ -6,7 +6,9 @@ imports the server lazily and the CLI's other modules keep the SDK, rich and yam
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -63,6 +65,38 @@ def _settings() -> Settings:
         raise CliError("bad_config", f"{field + ': ' if field else ''}{first.get('msg', exc)}", exit_code=2) from None
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` now, before the database and the first admin are created.
+
+    uvicorn would bind only after the app's start-up, which creates the admin and prints its one-time password:
+    on a busy port that password was printed and then lost with the failed start. Listening early also keeps
+    the port: connections made during start-up wait in the backlog and are served once the app is ready.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CliError("bad_config", f"--host {host}: {exc.strerror or exc}", field="--host", exit_code=2) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restart despite TIME_WAIT
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise CliError(
+                "port_in_use",
+                f"cannot listen on {where}: the port is in use (another aicenter up?); stop that process or "
+                f"choose another port with --port. Nothing was created or changed.",
+            ) from None
+        raise CliError(
+            "listen_failed", f"cannot listen on {where}: {exc.strerror or exc}. Nothing was created or changed."
+        ) from None
+    sock.set_inheritable(True)  # --workers: the worker processes serve on this socket
+    return sock
+
+
 def _wait_ready(url: str, message: str, stop: threading.Event) -> None:
     """Print ``message`` once ``url`` answers 200 (multi-worker mode: the parent does not see startup)."""
     import http.client
@@ -111,6 +145,7 @@ def up(
     os.environ["AICENTER_HOST"] = host
     os.environ["AICENTER_PORT"] = str(port)
     settings = _settings()
+    sock = _listen(host, port)  # before anything is created: see _listen
 
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104 - comparing, not binding
     base = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
@@ -133,8 +168,11 @@ def up(
 
         server = _Server(uvicorn.Config(create_app(settings, on_bootstrap=_announce_admin), **common))
         server.announce = ready
-        server.run()
-        if not server.started:  # bind failure or a failed start-up, already logged by uvicorn
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+        if not server.started:  # a failed start-up, already logged by uvicorn
             sys.exit(1)
         return
 
@@ -142,11 +180,14 @@ def up(
 
     from uvicorn.supervisors import Multiprocess
 
-    asyncio.run(_prepare(settings))
+    try:
+        asyncio.run(_prepare(settings))
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config("aicenter.cli.up:worker_app", factory=True, workers=workers, **common)
     stop = threading.Event()
     watcher = threading.Thread(target=_wait_ready, args=(f"{base}/api/v1/health", ready, stop), daemon=True)
-    sock = config.bind_socket()
     watcher.start()
     try:
         Multiprocess(config, sockets=[sock]).run()

@@ -8,6 +8,7 @@ exact place (``tasks[0].resources.memory``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import httpx
 
 from aicenter.client._base import PAGE_SIZE, UNSET, BaseClient, _error_from, body, query
 from aicenter.client.errors import ConnectionFailed
-from aicenter.client.models import Job, JobEvent, JobReplica, JobTemplate, Page
+from aicenter.client.models import Job, JobEvent, JobMetrics, JobReplica, JobTemplate, MetricPoint, Page
 
 SpecSource = str | Path | Mapping[str, Any]
 
@@ -165,6 +166,53 @@ class JobsMixin(BaseClient):
             raise ConnectionFailed(self.base_url, str(exc) or type(exc).__name__) from exc
         finally:
             response.close()
+
+    # -- metrics ----------------------------------------------------------------------------------------------
+
+    def job_metrics(
+        self,
+        job_id: int,
+        *,
+        task: str | None = None,
+        replica: int | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> JobMetrics:
+        """One page of what a replica reported with ``aicenter.runtime.report``, and the latest value of each metric.
+
+        Args:
+            job_id: The job.
+            task: The task (default: the first replica in rank order that reported anything).
+            replica: The replica index within the task (default 0).
+            name: Only this metric's series.
+            since: Only points reported at or after this time.
+            cursor: ``next_cursor`` (the next page) or ``cursor`` (what was reported since) of an earlier page.
+            limit: Most points in the page, over all series (server default 2000, at most 10000).
+        """
+        params = query(
+            task=task,
+            replica=replica,
+            name=name,
+            since=since.isoformat() if since else None,
+            cursor=cursor,
+            limit=limit,
+        )
+        return self._one(JobMetrics, "GET", f"/jobs/{job_id}/metrics", params=params)
+
+    def job_metric_series(
+        self, job_id: int, name: str, *, task: str | None = None, replica: int | None = None
+    ) -> Iterator[MetricPoint]:
+        """Every point of metric ``name`` reported so far, oldest first, fetched page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.job_metrics(job_id, task=task, replica=replica, name=name, cursor=cursor)
+            for series in page.series:
+                yield from series.points
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     # -- templates ---------------------------------------------------------------------------------------------
 

@@ -24,10 +24,13 @@ __all__ = [
     "Item",
     "Job",
     "JobEvent",
+    "JobMetrics",
     "JobReplica",
     "JobTemplate",
     "LoginResult",
     "Member",
+    "MetricPoint",
+    "MetricSeries",
     "MyWorkspace",
     "Node",
     "NodeAccelerator",
@@ -409,3 +412,30 @@ class JobTemplate(ApiModel):
     spec: dict[str, Any] = {}
     created_at: datetime | None = None
     updated_at: datetime | None = None
+
+
+class MetricPoint(ApiModel):
+    """One value a job reported: its step (None when ``report`` got none), time, and value (None: NaN/inf)."""
+
+    step: int | None = None
+    at: datetime
+    value: float | None = None
+
+
+class MetricSeries(ApiModel):
+    name: str
+    points: list[MetricPoint] = []
+
+
+class JobMetrics(ApiModel):
+    """What one replica of a job reported with ``aicenter.runtime.report``: one page of series and the latest
+    value of every metric. ``cursor`` passed back later returns only the points reported since."""
+
+    job_id: int
+    task: str
+    replica: int
+    reporting: list[str] = []
+    latest: dict[str, MetricPoint] = {}
+    series: list[MetricSeries] = []
+    next_cursor: str | None = None
+    cursor: str = ""

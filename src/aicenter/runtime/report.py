@@ -2,7 +2,7 @@
 
 Cheap by design, since training loops call it every step: one ``open``/``write``/``close`` per call, flushed to
 the kernel but not fsynced (a metric lost to a power cut is acceptable; a slowed training loop is not). The
-reconciler reads ``$AICENTER_RUN_DIR/metrics.jsonl`` and ingests it.
+server reads ``$AICENTER_RUN_DIR/metrics.jsonl`` where it is (``aicenter.services.jobs.job_metrics``).
 """
 
 from __future__ import annotations

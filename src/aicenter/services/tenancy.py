@@ -340,6 +340,37 @@ async def change_password(
 
 
 @dataclass(frozen=True)
+class PasswordReset:
+    """What ``reset_password`` did: the user, and how many console sessions and CLI logins it revoked."""
+
+    user: User
+    revoked_sign_ins: int
+
+
+async def reset_password(session: AsyncSession, actor: Actor, *, username: str, password: str) -> PasswordReset:
+    """Set a user's password without knowing the current one: ``aicenter admin reset-password`` on the
+    server's host (its database, no API), for a forgotten or lost password such as the first admin's.
+
+    The user's console sessions and CLI logins are revoked (whoever knew the old password may hold them); API
+    tokens, made for scripts, stay. Failed logins recorded for the name are forgotten, so a user locked out by
+    guesses can sign in at once.
+
+    Raises:
+        NotFound: No user has this name (``field`` is ``username``).
+        ValidationFailed: The password is too short or too long (``field`` is ``password``).
+    """
+    user = await session.scalar(select(User).where(User.username == username))
+    if user is None:
+        raise NotFound(f'no user is named "{username}"', details={"field": "username"})
+    _check_password(password, "password")
+    user.password_hash = hash_password(password)
+    revoked = await _revoke_sign_ins(session, user.id)
+    await session.execute(delete(LoginAttempt).where(LoginAttempt.username == username))
+    audit.record(session, actor, "user.reset_password", "user", user.id, details={"revoked_sign_ins": revoked})
+    return PasswordReset(user, revoked)
+
+
+@dataclass(frozen=True)
 class MyWorkspace:
     workspace: Workspace
     role: WorkspaceRole

@@ -8,6 +8,7 @@ from aicenter.api.routers import (
     auth,
     catalog,
     health,
+    job_metrics,
     jobs,
     nodes,
     pools,
@@ -32,5 +33,6 @@ ROUTERS: list[APIRouter] = [
     uploads.router,
     storage.router,
     jobs.router,
+    job_metrics.router,
     jobs.templates_router,
 ]

@@ -34,6 +34,7 @@ from aicenter.core.jobs import JobSpec
 from aicenter.db.models import CatalogItem, CatalogVersion, ImageBuild, VersionFile
 from aicenter.executors.base import ReplicaPlan
 from aicenter.runtime.env import ReplicaAddress, framework_env, runtime_env
+from aicenter.runtime.jobpath import job_pythonpath, write_job_pythonpath
 from aicenter.services.catalog import env_dir
 from aicenter.storage import BlobStore
 
@@ -197,6 +198,7 @@ def materialize_sync(store: BlobStore, dirs: JobDirs, content: Content) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     dirs.output.mkdir(exist_ok=True)
     dirs.checkpoints.mkdir(exist_ok=True)
+    write_job_pythonpath(dirs.root.parent)  # for jobs in venv images: see ``build_plans``
 
 
 async def materialize(store: BlobStore, dirs: JobDirs, content: Content) -> None:
@@ -269,7 +271,12 @@ def build_plans(
 
     The environment is the spec's (job, then task) overlaid by aicenter's runtime variables and the framework's:
     a job cannot override ``AICENTER_*``, ``RANK``, ``MASTER_PORT`` and the like.
+
+    A job whose Python is not the server's (a venv image) gets the job-side helpers (``aicenter.runtime``) at
+    the end of its ``PYTHONPATH`` (see ``aicenter.runtime.jobpath``; ``materialize`` writes them); the server's
+    own interpreter has them already.
     """
+    extra_path = None if python == Path(sys.executable).parent else str(job_pythonpath(dirs.root.parent))
     by_key = {(r.task, r.index): r for r in replicas}
     ordered = [by_key[(task.name, index)] for task, index in spec.ranks()]
     layout = [ReplicaAddress(r.task, r.index, r.host, r.ports) for r in ordered]
@@ -292,6 +299,8 @@ def build_plans(
             )
         )
         env.update(framework_env(spec.framework.value, layout, rank))
+        if extra_path is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), extra_path) if p)
         plans.append(
             ReplicaPlan(
                 job_id=job_id,
