@@ -47,6 +47,7 @@ async def test_job_runs_succeeds_and_saves_its_output_model(
 ) -> None:
     code = (
         "import os; open(os.environ['AICENTER_OUTPUT_DIR'] + '/model.txt', 'w').write('w=1'); "
+        "from aicenter.runtime import report; report(step=1, loss=0.5); report(step=2, loss=0.25, acc=0.9); "
         "print('hi', os.environ['AICENTER_RESTART_COUNT'])"
     )
     command = [PY, "-c", code]
@@ -82,6 +83,7 @@ async def test_job_runs_succeeds_and_saves_its_output_model(
     assert (item.kind, item.name, item.owner_id) == ("model", "tiny", alice.user_id)
     assert version.meta["lineage"] == {"job_id": job_id, "algorithm_version_id": None, "dataset_version_ids": []}
     assert version.file_count == 1
+    assert version.meta["metrics"] == {"loss": 0.25, "acc": 0.9}  # the final value of each reported metric
 
     # Idempotent: nothing more happens on later ticks (the finished job is not claimed).
     await scheduler.tick()

@@ -26,6 +26,7 @@ from aicenter.services import catalog
 from aicenter.services.jobs import (
     ImageNotReady,
     JobState,
+    final_metrics,
     job_dirs,
     load_content,
     materialize,
@@ -213,6 +214,8 @@ class Hands:
         was not saved."""
         info = state.info
         assert info.spec.output_model is not None
+        ranks = [(task.name, index) for task, index in info.spec.ranks()]
+        metrics = await asyncio.to_thread(final_metrics, self.settings.jobs_path, info.id, ranks)
         try:
             version = await catalog.save_job_output(
                 self.db,
@@ -225,6 +228,7 @@ class Hands:
                 directory=job_dirs(self.settings.jobs_path, info.id).output,
                 algorithm_version_id=info.algorithm_version_id,
                 dataset_version_ids=info.dataset_version_ids,
+                metrics=metrics,
             )
         except AicenterError as exc:
             log.warning("job %s: its output model was not saved: %s", info.id, exc.message)
