@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -122,3 +124,19 @@ def test_answers_and_local_failures_are_final(error: Exception) -> None:
     with pytest.raises(type(error)):
         retrying(call)
     assert len(calls) == 1
+
+
+def test_a_retry_prints_nothing_where_no_logging_is_configured() -> None:
+    """The CLI configures no logging: a retried request must not leave a bare log line on its stderr."""
+    script = (
+        "from aicenter.client.errors import ConnectionFailed\n"
+        "from aicenter.client.transfer._retry import retrying\n"
+        "errors = [ConnectionFailed('http://x', 'reset')]\n"
+        "def call():\n"
+        "    if errors:\n"
+        "        raise errors.pop()\n"
+        "    return 'done'\n"
+        "print(retrying(call))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert (done.stdout, done.stderr) == ("done\n", "")

@@ -8,6 +8,7 @@ policy is tested without sleeping. With tenacity each of those is a setting to g
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -18,6 +19,11 @@ from aicenter.client.errors import ApiError, ConnectionFailed
 __all__ = ["ATTEMPTS", "RETRY_STATUS", "attempts", "is_transient", "retrying"]
 
 T = TypeVar("T")
+
+# stamina logs every scheduled retry on its logger. Where the program configured no logging at all (the CLI, a
+# plain script), Python's last-resort handler would print a bare "stamina.retry_scheduled" on stderr; a
+# NullHandler keeps that quiet, as it was before, while an application's own logging still gets the records.
+logging.getLogger("stamina").addHandler(logging.NullHandler())
 
 ATTEMPTS = 3  # tries in all: a dropped connection or a restarting proxy, not an outage, is what we ride out
 RETRY_STATUS = frozenset({502, 503, 504})  # a gateway or a replica that is restarting; any other answer is final
