@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         "effect within this time on every replica.",
     )
 
+    sse_ping_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Interval of the keep-alive comments on server-sent event streams (a job's live log), in "
+        "seconds: proxies close a connection that stays quiet longer (nginx after 60 s by default).",
+    )
+
     store_root: Path | None = Field(
         default=None,
         description="Root of the artifact store (blobs, upload staging, image envs): a local path or a shared "

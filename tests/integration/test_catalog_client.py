@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from aicenter.client import ApiError, Client
-from aicenter.client import transfer as transfer_mod
 from aicenter.client.transfer import TransferError
+from aicenter.client.transfer import _pull as pull_mod
+from aicenter.client.transfer import _push as push_mod
 from tests.unit.cli.live_server import ADMIN_PASSWORD, live_server
 
 PART = 64 * 1024
@@ -237,6 +238,17 @@ def test_push_single_file(alice: Client, tmp_path: Path) -> None:
     assert (dest / "model.pt").read_bytes() == weights.read_bytes()
 
 
+def test_push_sends_every_bundle_when_the_last_file_fills_one(
+    alice: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(push_mod, "BUNDLE_BYTES", 100)  # 60 + 50 bytes: the second file closes the bundle
+    src = tmp_path / "src"
+    write(src / "a.txt", b"a" * 60)
+    write(src / "b.txt", b"b" * 50)
+    version = alice.push("dataset", src, name=uniq("full-bundle"))
+    assert sorted(f.path for f in alice.list_files("dataset", version.item_id, version.number)) == ["a.txt", "b.txt"]
+
+
 def test_symlink_in_source_is_refused_by_name(alice: Client, tmp_path: Path) -> None:
     src = tmp_path / "src"
     write(src / "data" / "a.txt", b"a")
@@ -308,7 +320,7 @@ def test_changed_files_abort_the_old_upload(alice: Client, tmp_path: Path, clien
 def test_pull_resumes_a_large_file_from_its_part(
     alice: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transfer_mod, "LARGE_DOWNLOAD", 100_000)  # "large" without megabytes of test data
+    monkeypatch.setattr(pull_mod, "LARGE_DOWNLOAD", 100_000)  # "large" without megabytes of test data
     src = tmp_path / "src"
     data = os.urandom(300_000)
     write(src / "big.bin", data)
@@ -330,7 +342,7 @@ def test_pull_resumes_a_large_file_from_its_part(
 def test_pull_refuses_a_damaged_partial_download(
     alice: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transfer_mod, "LARGE_DOWNLOAD", 100_000)
+    monkeypatch.setattr(pull_mod, "LARGE_DOWNLOAD", 100_000)
     src = tmp_path / "src"
     data = os.urandom(200_000)
     write(src / "big.bin", data)
@@ -349,7 +361,7 @@ def test_pull_refuses_a_damaged_partial_download(
 @pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a/../../x", "a//b", "a\\b", ""])
 def test_pull_never_writes_outside_dest(tmp_path: Path, path: str) -> None:
     with pytest.raises(TransferError) as info:
-        transfer_mod._target(tmp_path.resolve(), path)
+        pull_mod.safe_target(tmp_path.resolve(), path)
     assert info.value.code == "unsafe_archive"
 
 

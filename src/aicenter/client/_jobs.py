@@ -21,6 +21,31 @@ from aicenter.client.models import Job, JobEvent, JobMetrics, JobReplica, JobTem
 SpecSource = str | Path | Mapping[str, Any]
 
 
+def sse_data(lines: Iterator[str]) -> Iterator[str]:
+    """The ``data`` of each message of a server-sent event stream, until its ``end`` event.
+
+    Comments (the server's keep-alive pings) and fields other than ``data`` and ``event`` are skipped.
+    """
+    event: str | None = None
+    data: list[str] | None = None
+    for line in lines:
+        if not line:  # a blank line ends an event
+            if event == "end":
+                return
+            if data is not None:
+                yield "\n".join(data)
+            event, data = None, None
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data = [*(data or []), value]
+        elif name == "event":
+            event = value
+
+
 def spec_payload(spec: SpecSource) -> str | dict[str, Any]:
     """What the API's ``spec`` field takes: the text of a file, text as given, or a plain dict."""
     if isinstance(spec, Path):
@@ -146,13 +171,14 @@ class JobsMixin(BaseClient):
             attempt: Which attempt (default: the latest launched one).
             since: Start at this byte offset of the log.
         """
-        params = query(task=task, replica=replica, attempt=attempt, since=since, follow=follow or None)
+        params = query(task=task, replica=replica, attempt=attempt, since=since)
+        # Followed, the log comes as server-sent events: the server's keep-alive comments keep a quiet job's
+        # stream open through proxies that close idle connections, which a plain text stream cannot do.
+        path = f"/jobs/{job_id}/logs/stream" if follow else f"/jobs/{job_id}/logs"
         # A followed log is quiet for as long as the job prints nothing: no read timeout then.
         timeout = httpx.Timeout(self._http.timeout.connect, read=None) if follow else self._http.timeout
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        request = self._http.build_request(
-            "GET", f"/jobs/{job_id}/logs", params=params, headers=headers, timeout=timeout
-        )
+        request = self._http.build_request("GET", path, params=params, headers=headers, timeout=timeout)
         try:
             response = self._http.send(request, stream=True)
         except httpx.TransportError as exc:
@@ -161,7 +187,7 @@ class JobsMixin(BaseClient):
             if response.is_error:
                 response.read()
                 raise _error_from(response)
-            yield from response.iter_lines()
+            yield from sse_data(response.iter_lines()) if follow else response.iter_lines()
         except httpx.TransportError as exc:  # the connection broke while the log was streamed
             raise ConnectionFailed(self.base_url, str(exc) or type(exc).__name__) from exc
         finally:

@@ -354,6 +354,7 @@ class JobReplica(ApiModel):
     status: str = "pending"
     node_name: str | None = None
     devices: list[int] = []
+    cpus: list[int] | None = None  # CPU cores it is pinned to; None: any
     cpu_milli: int = 0
     memory_bytes: int = 0
     gpu: int = 0
@@ -363,6 +364,7 @@ class JobReplica(ApiModel):
     billing_weight: float = 1.0
     exit_code: int | None = None
     reason: str | None = None
+    ports: list[int] = []
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -378,6 +380,7 @@ class Job(ApiModel):
     workspace_name: str | None = None
     user_id: int | None = None
     username: str | None = None
+    pool_id: int | None = None
     pool_name: str | None = None
     priority: int | None = None
     pending_reason: str = ""
@@ -385,12 +388,20 @@ class Job(ApiModel):
     exit_code: int | None = None
     message: str = ""
     restart_count: int = 0
-    output_model_version_id: int | None = None  # the model version its output became (jobs with output_model)
+    counted_restarts: int = 0  # the restarts that count against the spec's retry limit
+    image_version_id: int | None = None
+    algorithm_version_id: int | None = None
+    dataset_version_ids: list[int] = []
+    output_model_version_id: int | None = None  # the model version saved from the job's output
+    stop_requested_by: int | None = None
+    stop_requested_at: datetime | None = None
     spec: dict[str, Any] = {}
     submitted_at: datetime | None = None
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
     replicas: list[JobReplica] = []
     events: list[JobEvent] = []
 

@@ -1,26 +1,20 @@
 """Incremental parser and writer of upload bundles: many small files back to back in one request body.
 
-Wire format of each file: a 48-byte ASCII header (16 lower-case hex digits of the file's index in the upload, 16 of
-its size, 16 reserved ``0``), then exactly ``size`` bytes. Chunks of the stream may split a header or a body anywhere.
+The wire format (a 48-byte header per file, then its bytes) is :mod:`aicenter.core.bundle`, shared with the client.
+Chunks of the stream may split a header or a body anywhere.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from aicenter.core.bundle import HEADER_SIZE, bundle_header, parse_bundle_header
 from aicenter.core.errors import HashMismatch, ValidationFailed
 
-HEADER_SIZE = 48
-_HEADER_RE = re.compile(rb"([0-9a-f]{16})([0-9a-f]{16})0{16}")
-
-
-def bundle_header(index: int, size: int) -> bytes:
-    """The header that precedes file ``index`` of ``size`` bytes in a bundle."""
-    return f"{index:016x}{size:016x}{0:016x}".encode("ascii")
+__all__ = ["HEADER_SIZE", "BundleWriter", "bundle_header"]
 
 
 class BundleWriter:
@@ -100,13 +94,13 @@ class BundleWriter:
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _start_file(self, at: int) -> None:
-        match = _HEADER_RE.fullmatch(bytes(self._header))
-        if match is None:
+        parsed = parse_bundle_header(bytes(self._header))
+        if parsed is None:
             raise ValidationFailed(
                 f"malformed bundle header at byte {at}: expected 48 characters (16 hex digits of the index, "
                 "16 of the size, 16 zeros)"
             )
-        index, size = int(match[1], 16), int(match[2], 16)
+        index, size = parsed
         self._header.clear()
         if index not in self._files:
             raise ValidationFailed(f"file {index} is not expected in a bundle of this upload", details={"index": index})

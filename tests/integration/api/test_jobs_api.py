@@ -5,11 +5,17 @@ executor, its handle stored on the replica row as the reconciler stores it."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
 from sqlalchemy import select
 
 from aicenter.core.jobs import JobStatus
@@ -212,3 +218,68 @@ async def test_logs_as_text_and_as_server_sent_events(db: Database, client: http
     assert (not_launched.status_code, not_launched.json()["error"]["code"]) == (409, "conflict")
     unknown = await client.get(f"{API}/{job_id}/logs", params={"task": "ps"}, headers=h["alice"])
     assert (unknown.status_code, unknown.json()["error"]["details"]["field"]) == (404, "task")
+
+
+@asynccontextmanager
+async def _served(app: FastAPI) -> AsyncIterator[str]:
+    """``app`` behind a real uvicorn on a free port of this loop: httpx's ASGI transport returns a response only
+    once its body is complete, so a stream that never ends must come through a socket."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not serving.done(), "the test server did not start"
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+
+
+async def test_a_quiet_log_stream_gets_keep_alive_pings(
+    app: FastAPI, db: Database, client: httpx.AsyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica that prints nothing still sends a comment every sse_ping_s, so a proxy keeps the stream open."""
+    ping_s = 0.2
+    monkeypatch.setattr(app.state.ctx.settings, "sse_ping_s", ping_s)
+    _, h = await _logins(db, client, tmp_path)
+    job_id = (await client.post(API, json={"spec": spec()}, headers=h["alice"])).json()["id"]
+    await move(db, job_id, JobStatus.SCHEDULED, JobStatus.STARTING)
+    executor = LocalExecutor(root=tmp_path / "runs", node_name="n1")
+    plan = ReplicaPlan(
+        job_id=job_id,
+        task="worker",
+        replica=0,
+        attempt=0,
+        node="n1",
+        command="sleep 60",
+        env={},
+        run_dir=tmp_path / "runs" / f"{job_id}-worker-0-0",
+        workdir=tmp_path,
+    )
+    handle = await executor.launch(plan)
+    try:
+        async with db.write() as session:
+            replica = await session.scalar(select(Replica).where(Replica.job_id == job_id, Replica.index == 0))
+            assert replica is not None
+            replica.handle, replica.node_name, replica.status = handle.to_dict(), "n1", "running"
+        async with _served(app) as url, httpx.AsyncClient(base_url=url, headers=h["alice"]) as http:
+            started = time.monotonic()
+            async with http.stream("GET", f"{API}/{job_id}/logs/stream") as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                received = ""
+                async with asyncio.timeout(10):  # without pings nothing comes until the replica ends (60 s)
+                    async for text in response.aiter_text():
+                        received += text
+                        if "\n\n" in received:
+                            break
+                waited = time.monotonic() - started
+        first = received.split("\n\n", 1)[0]
+        assert first.startswith(": ping"), first  # a comment: EventSource ignores it, proxies see traffic
+        assert waited < ping_s + 5  # the first ping follows the interval, not the default 15 s
+    finally:
+        await executor.stop(handle, grace_s=0)

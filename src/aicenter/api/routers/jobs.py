@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from aicenter.api.access import Access, access
-from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.jobs import (
     JobDetail,
@@ -26,6 +26,7 @@ from aicenter.api.schemas.jobs import (
     TemplateSubmit,
     TemplateUpdate,
 )
+from aicenter.api.sse import EventSourceResponse, encode_event, event_stream
 from aicenter.services import jobs
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
@@ -160,42 +161,39 @@ async def _sse(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes
         out = []
         for line in lines:
             offset += len(line) + 1
-            text = line.decode("utf-8", "replace").replace("\r", "")
-            out.append(f"id: {offset}\ndata: {text}\n\n")
+            out.append(encode_event(line.decode("utf-8", "replace").replace("\r", ""), id=str(offset)))
         if out:
-            yield "".join(out).encode()
+            yield b"".join(out)
     if pending:  # a last line without newline (the launcher cuts lines at 64 KiB)
         offset += len(pending)
-        yield f"id: {offset}\ndata: {pending.decode('utf-8', 'replace')}\n\n".encode()
-    yield f"event: end\ndata: {json.dumps({'offset': offset})}\n\n".encode()
+        yield encode_event(pending.decode("utf-8", "replace").replace("\r", ""), id=str(offset))
+    yield encode_event(json.dumps({"offset": offset}), event="end")
 
 
 @router.get(
     "/{job_id}/logs/stream",
     openapi_extra=access(Access.USER),
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "Output lines as server-sent events."}},
 )
 async def job_logs_stream(
     job_id: int,
     request: Request,
+    ctx: Ctx,
     actor: CurrentActor,
     session: ReadSession,
     task: _LogTask = None,
     replica: _LogReplica = None,
     attempt: _LogAttempt = None,
     since: _Since = 0,
-) -> StreamingResponse:
-    """A replica's output as server-sent events for the console, following until the replica ends."""
+) -> EventSourceResponse:
+    """A replica's output as server-sent events, following until the replica ends; a comment line every
+    ``sse_ping_s`` keeps a quiet stream open through proxies."""
     last = request.headers.get("last-event-id", "")
     start = int(last) if last.isdigit() else since
     target = await jobs.log_target(session, actor, job_id, task, replica, attempt)
     chunks = jobs.read_logs(target, since=start, follow=not target.finished)
-    return StreamingResponse(
-        _sse(chunks, start),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return event_stream(_sse(chunks, start), ping_s=ctx.settings.sse_ping_s)
 
 
 # --- templates --------------------------------------------------------------------------------------------

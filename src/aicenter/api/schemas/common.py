@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 T = TypeVar("T")
 
@@ -24,6 +24,11 @@ class Input(BaseModel):
 class Page(BaseModel, Generic[T]):
     items: list[T]
     next_cursor: str | None = None
+
+
+class HealthOut(BaseModel):
+    status: str = Field(description="``ok`` when the server reaches its database.")
+    version: str = Field(description="The server's aicenter version.")
 
 
 class ErrorDetail(BaseModel):

@@ -45,8 +45,8 @@ class ReplicaOut(Schema):
     attempt: int
     status: str
     node_name: str | None
-    devices: list[Any]
-    cpus: list[Any] | None
+    devices: list[int] = Field(description="Accelerator indices on the node.")
+    cpus: list[int] | None = Field(description="CPU cores the replica is pinned to; null: any.")
     cpu_milli: int
     memory_bytes: int
     gpu: int
@@ -56,7 +56,7 @@ class ReplicaOut(Schema):
     billing_weight: float
     exit_code: int | None
     reason: str | None
-    ports: list[Any]
+    ports: list[int] = Field(description="Ports reserved for the replica on its node.")
     started_at: datetime | None
     finished_at: datetime | None
 

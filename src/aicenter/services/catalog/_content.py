@@ -18,9 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.catalog import ItemKind
 from aicenter.core.errors import NotFound, ValidationFailed
 from aicenter.db.models import VersionFile
-from aicenter.db.pagination import Page
+from aicenter.db.pagination import Page, paginate
 from aicenter.services.catalog._access import load_version
-from aicenter.services.catalog._paging import keyset_page
 from aicenter.services.catalog._views import FileView, Preview, file_view
 from aicenter.services.context import Actor
 from aicenter.storage import BlobStore, FileEntry, check_path
@@ -62,8 +61,8 @@ async def list_files(
     stmt = select(VersionFile).where(VersionFile.version_id == version.id)
     if prefix:
         stmt = stmt.where(VersionFile.path.startswith(prefix, autoescape=True))
-    page = await keyset_page(
-        session, stmt, [VersionFile.path], sort="path", limit=limit, cursor=cursor, max_limit=MAX_FILES_PAGE
+    page = await paginate(
+        session, stmt, VersionFile.path, sort="path", limit=limit, cursor=cursor, max_limit=MAX_FILES_PAGE
     )
     return Page([file_view(row) for row in page.items], page.next_cursor)
 

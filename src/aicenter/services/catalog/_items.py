@@ -15,7 +15,7 @@ from aicenter.core.catalog import ItemKind, Scope, Visibility, item_metadata
 from aicenter.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from aicenter.core.names import check_name, check_text
 from aicenter.db.models import CatalogItem, CatalogVersion, User, Workspace
-from aicenter.db.pagination import Page
+from aicenter.db.pagination import Page, paginate
 from aicenter.db.sqljson import json_array_contains
 from aicenter.services import audit
 from aicenter.services.access import require_platform_admin, workspace_role
@@ -25,7 +25,6 @@ from aicenter.services.catalog._access import (
     load_item_for_write,
     my_workspaces_subquery,
 )
-from aicenter.services.catalog._paging import keyset_page
 from aicenter.services.catalog._views import ItemView, item_view, item_views
 from aicenter.services.context import Actor
 
@@ -187,10 +186,11 @@ async def list_items(
     if tag:
         stmt = stmt.where(json_array_contains(CatalogItem.tags, tag))
     column = _SORT_COLUMNS[sort.lstrip("-")]
-    page = await keyset_page(
+    page = await paginate(
         session,
         stmt,
-        [column, CatalogItem.id],
+        column,
+        CatalogItem.id,
         sort=sort,
         limit=limit,
         cursor=cursor,

@@ -7,12 +7,12 @@ from typing import TypeVar
 from fastapi import APIRouter
 from starlette.responses import Response
 
+import aicenter.web.pickers as pickers
 from aicenter.core.errors import AicenterError, NotFound, ValidationFailed
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.services import inventory
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, format_key_values, parse_int, parse_key_values
-from aicenter.web.routes import pickers
 
 router = APIRouter()
 

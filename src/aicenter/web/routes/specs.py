@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
+import aicenter.web.pickers as pickers
 from aicenter.core.errors import AicenterError
 from aicenter.services import inventory
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_float, parse_int
-from aicenter.web.routes import pickers
 
 router = APIRouter()
 

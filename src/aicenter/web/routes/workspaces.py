@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+import aicenter.web.pickers as pickers
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.roles import WorkspaceRole
 from aicenter.services import members, quotas, tenancy
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form
-from aicenter.web.routes import pickers
 
 router = APIRouter()
 
