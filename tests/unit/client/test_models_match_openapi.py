@@ -55,6 +55,9 @@ SCHEMAS: dict[type[models.ApiModel], tuple[str, ...]] = {
     models.JobReplica: ("ReplicaOut",),
     models.Job: ("JobOut", "JobDetail"),
     models.JobTemplate: ("TemplateOut",),
+    models.MetricPoint: ("MetricPointOut",),
+    models.MetricSeries: ("MetricSeriesOut",),
+    models.JobMetrics: ("JobMetricsOut",),
 }
 
 # Python types and the JSON types (OpenAPI ``type``) each parses, as pydantic validates an SDK model.
