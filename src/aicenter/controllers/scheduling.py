@@ -114,7 +114,7 @@ class SchedulingController(WakeableController):
         self.pending = PendingQueue()
         self._node_sigs: dict[str, tuple[object, ...]] = {}
         self._node_ids: dict[str, int] = {}
-        self._quotas: dict[tuple[str, str], object] = {}
+        self._quotas: dict[tuple[str, str], Quota] = {}
         self._attempts: dict[str, int] = {}  # job id -> attempt of its allocation in ``state``
         self._queued_attempts: dict[str, int] = {}  # job id -> attempt of its entry in ``pending``
         self._reasons: dict[str, str] = {}  # job id -> pending_reason as stored
