@@ -16,53 +16,61 @@ token (a replica that lost the lease while it computed writes nothing): a Place 
 devices and moves the job ``queued -> scheduled`` through ``transition``; a Preempt marks the victim with a stop
 request (reason ``preempted``) that the job reconciler carries out gracefully; pending reasons are written only
 for the jobs whose reason changed.
+
+The controller runs no SQL of its own: it reads through ``services.jobs.load_scheduling_cluster``,
+``load_scheduling_ids`` and ``load_scheduling_jobs`` (rows come back as the scheduler's model), writes through
+``place_job``, ``mark_preempted`` and ``set_pending_reasons``, and holds its lease through ``db.leases``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import WakeableController, replica_name
-from aicenter.controllers.jobs_snapshot import (
-    HOLDING,
-    JobFacts,
-    epoch,
-    node_pools,
-    node_signature,
-    placements_of,
-    to_node,
-    to_quota,
-    to_sched_job,
-)
 from aicenter.core.clock import utcnow
-from aicenter.core.errors import AicenterError, InvalidTransition
-from aicenter.core.jobs import FailureReason, JobStatus
-from aicenter.core.pools import DEFAULT_POOL
+from aicenter.core.errors import AicenterError
 from aicenter.db import leases
 from aicenter.db.engine import Database
-from aicenter.db.leases import NamedLease, renew_row
-from aicenter.db.models import CatalogVersion, Job, Lease, Node, Pool, Quota, Replica, User, Workspace
+from aicenter.db.leases import NamedLease
 from aicenter.events import notify_after_commit
-from aicenter.scheduler import ClusterState, CycleResult, PendingQueue, Place, Preempt, Scheduler
+from aicenter.scheduler import ClusterState, CycleResult, PendingQueue, Quota, Scheduler
 from aicenter.scheduler import Job as SchedJob
-from aicenter.services.context import Actor
-from aicenter.services.jobs import transition
+from aicenter.scheduler import Node as SchedNode
+from aicenter.services.jobs import (
+    PENDING_REASON_MAX,
+    load_scheduling_cluster,
+    load_scheduling_ids,
+    load_scheduling_jobs,
+    mark_preempted,
+    place_job,
+    set_pending_reasons,
+)
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "scheduler"
-SCHEDULER_ACTOR = Actor.system("scheduler")
-_CHUNK = 500  # ids per IN (...) list
-_REASON_MAX = 1024  # jobs.pending_reason
+
+
+def node_signature(node: SchedNode) -> tuple[Any, ...]:
+    """What, when it changes, needs the state's arrays rebuilt (everything but the node's state)."""
+    return (
+        node.cpu_milli,
+        node.memory_mib,
+        node.devices,
+        node.pools,
+        node.leaf,
+        node.spine,
+        tuple(node.labels.items()),
+    )
 
 
 @dataclass
@@ -106,7 +114,7 @@ class SchedulingController(WakeableController):
         self.pending = PendingQueue()
         self._node_sigs: dict[str, tuple[object, ...]] = {}
         self._node_ids: dict[str, int] = {}
-        self._quotas: dict[tuple[str, str], object] = {}
+        self._quotas: dict[tuple[str, str], Quota] = {}
         self._attempts: dict[str, int] = {}  # job id -> attempt of its allocation in ``state``
         self._queued_attempts: dict[str, int] = {}  # job id -> attempt of its entry in ``pending``
         self._reasons: dict[str, str] = {}  # job id -> pending_reason as stored
@@ -162,40 +170,22 @@ class SchedulingController(WakeableController):
     # -- snapshot ---------------------------------------------------------------------------------------------
 
     async def _sync(self, session: AsyncSession, stats: TickStats) -> None:
-        pools = list((await session.scalars(select(Pool))).all())
-        pool_names = {p.id: p.name for p in pools}
-        if any(pool_names.get(i) != name for i, name in self._pool_names.items()):
+        cluster = await load_scheduling_cluster(session)
+        if any(cluster.pools.get(i) != name for i, name in self._pool_names.items()):
             # Loaded jobs, usage and quotas carry pool names: after a rename or a deletion (rare) reload them all,
             # or a queued job would wait for a pool of its old name forever.
             self._reset()
-        self._pool_names = pool_names
-        default_pool = next((p.name for p in pools if p.is_default), DEFAULT_POOL)
-        await self._sync_nodes(session, pools)
-        await self._sync_quotas(session, pool_names)
+        self._pool_names = dict(cluster.pools)
+        self._sync_nodes(cluster.nodes, cluster.node_ids)
+        self._sync_quotas(cluster.quotas)
 
-        holding = {
-            str(i): int(a)
-            for i, a in (
-                await session.execute(
-                    select(Job.id, Job.restart_count).where(Job.status.in_(HOLDING), Job.stop_requested_at.is_(None))
-                )
-            )
-        }
+        ids = await load_scheduling_ids(session)
+        holding, queued = ids.holding, ids.queued
         for job_id in [j for j in self.state.running if holding.get(j) != self._attempts.get(j)]:
             self.state.release(job_id)
             self._attempts.pop(job_id, None)
         missing = [int(j) for j in holding if j not in self.state.running]
 
-        queued = {
-            str(i): (int(a), r)
-            for i, a, r in (
-                await session.execute(
-                    select(Job.id, Job.restart_count, Job.pending_reason).where(
-                        Job.status == JobStatus.QUEUED.value, Job.stop_requested_at.is_(None)
-                    )
-                )
-            )
-        }
         for job_id in self.pending.ids():
             if job_id not in queued or queued[job_id][0] != self._queued_attempts.get(job_id):
                 self.pending.remove(job_id)
@@ -203,39 +193,32 @@ class SchedulingController(WakeableController):
                 self._reasons.pop(job_id, None)
         new = [int(j) for j in queued if not self.pending.has(j) and j not in self.state.running]
 
-        facts = await self._load(session, missing + new, pool_names, default_pool)
-        stats.loaded = len(facts)
+        loaded = await load_scheduling_jobs(session, missing + new, cluster.pools, cluster.default_pool)
+        stats.loaded = len(loaded)
         now = time.time()
         for missing_id in missing:
-            fact = facts.get(missing_id)
-            if fact is None:
-                continue
-            sched = to_sched_job(fact)
-            placements = placements_of(fact.replicas)
-            if sched is None or not placements:
+            found = loaded.get(missing_id)
+            if found is None or found.job is None or not found.placements:
                 continue
             try:
-                self.state.allocate(sched, placements, epoch(fact.job.scheduled_at) or now)
+                self.state.allocate(found.job, found.placements, found.scheduled_at or now)
             except AicenterError as exc:  # a node vanished or shrank under it: it keeps running, unaccounted
                 log.warning("job %s holds resources the scheduler cannot account for: %s", missing_id, exc)
                 continue
-            self._attempts[sched.id] = fact.job.restart_count
+            self._attempts[found.job.id] = found.attempt
         for new_id in new:
-            fact = facts.get(new_id)
-            sched = to_sched_job(fact) if fact else None
-            if sched is None:
+            found = loaded.get(new_id)
+            if found is None or found.job is None:
                 continue
-            self.pending.add(sched)
-            self._queued_attempts[sched.id] = queued[sched.id][0]
-            self._reasons[sched.id] = queued[sched.id][1]
+            self.pending.add(found.job)
+            self._queued_attempts[found.job.id] = queued[found.job.id][0]
+            self._reasons[found.job.id] = queued[found.job.id][1]
         # PendingQueue logs every job added (for FGD); start it afresh before the log dwarfs the queue.
         if len(self.pending.added(0)[0]) > 10_000 + 4 * len(self.pending):
             self.pending = PendingQueue(list(self.pending))
 
-    async def _sync_nodes(self, session: AsyncSession, pools: list[Pool]) -> None:
-        rows = list((await session.scalars(select(Node).order_by(Node.name))).all())
-        nodes = [to_node(row, node_pools(row, pools)) for row in rows]
-        self._node_ids = {row.name: row.id for row in rows}
+    def _sync_nodes(self, nodes: list[SchedNode], node_ids: Mapping[str, int]) -> None:
+        self._node_ids = dict(node_ids)
         sigs = {n.name: node_signature(n) for n in nodes}
         if sigs != self._node_sigs:
             quotas = list(self.state.quotas.values())
@@ -247,15 +230,7 @@ class SchedulingController(WakeableController):
             if self.state.node(n.name).state != n.state:
                 self.state.set_node_state(n.name, n.state)
 
-    async def _sync_quotas(self, session: AsyncSession, pool_names: dict[int, str]) -> None:
-        rows = (
-            await session.execute(select(Quota, Workspace.name).join(Workspace, Workspace.id == Quota.workspace_id))
-        ).all()
-        quotas = {}
-        for row, workspace in rows:
-            pool = pool_names.get(row.pool_id)
-            if pool is not None:
-                quotas[(workspace, pool)] = to_quota(row, workspace, pool)
+    def _sync_quotas(self, quotas: Mapping[tuple[str, str], Quota]) -> None:
         if quotas == self._quotas:
             return
         self.state.quotas.clear()
@@ -263,74 +238,36 @@ class SchedulingController(WakeableController):
             self.state.set_quota(quota)
         self._quotas = dict(quotas)
 
-    async def _load(
-        self, session: AsyncSession, ids: list[int], pool_names: dict[int, str], default_pool: str
-    ) -> dict[int, JobFacts]:
-        out: dict[int, JobFacts] = {}
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            rows = (
-                await session.execute(
-                    select(Job, Workspace.name, User.username)
-                    .join(Workspace, Workspace.id == Job.workspace_id)
-                    .outerjoin(User, User.id == Job.user_id)
-                    .where(Job.id.in_(chunk))
-                )
-            ).all()
-            replicas: dict[int, list[Replica]] = defaultdict(list)
-            for r in (await session.scalars(select(Replica).where(Replica.job_id.in_(chunk)))).all():
-                replicas[r.job_id].append(r)
-            dataset_ids = {int(v) for job, _, _ in rows for v in job.dataset_version_ids or []}
-            sizes: dict[int, int] = {}
-            if dataset_ids:
-                stmt = select(CatalogVersion.id, CatalogVersion.size_bytes).where(CatalogVersion.id.in_(dataset_ids))
-                sizes = {int(i): int(n) for i, n in await session.execute(stmt)}
-            for job, workspace, username in rows:
-                current = sorted(
-                    (r for r in replicas[job.id] if r.attempt == job.restart_count), key=lambda r: (r.task, r.index)
-                )
-                out[job.id] = JobFacts(
-                    job=job,
-                    workspace=workspace,
-                    user=username or f"user-{job.user_id}",
-                    pool=pool_names.get(job.pool_id, default_pool) if job.pool_id else default_pool,
-                    replicas=current,
-                    dataset_sizes=sizes,
-                )
-        return out
-
     # -- decisions --------------------------------------------------------------------------------------------
 
     async def _apply(self, lease: NamedLease, result: CycleResult, stats: TickStats) -> None:
         placed = result.placed
         preempted = result.preempted
         # Reasons first: the lazy mapping reads the pending queue, which the placements below change.
-        changed: dict[str, list[int]] = defaultdict(list)
+        changed: dict[int, str] = {}
         placed_ids = {p.job_id for p in placed}
         for job_id, reason in result.pending.items():
-            reason = reason[:_REASON_MAX]
+            reason = reason[:PENDING_REASON_MAX]
             if job_id not in placed_ids and self._reasons.get(job_id) != reason:
-                changed[reason].append(int(job_id))
+                changed[int(job_id)] = reason
         if not placed and not preempted and not changed:
             return
         undone: list[str] = []
         try:
             async with self.db.write() as session:
-                if not await renew_row(
-                    session, Lease, Lease.name == LEASE_NAME, token=lease.token, ttl_s=self.lease_ttl_s
-                ):
+                if not await leases.renew_in(session, lease, ttl_s=self.lease_ttl_s):
                     raise _LeaseLost
-                undone.extend([place.job_id for place in placed if not await self._place(session, place)])
+                for place in placed:
+                    attempt = self._queued_attempts.get(place.job_id)
+                    if not await place_job(
+                        session, int(place.job_id), place.placements, attempt=attempt, node_ids=self._node_ids
+                    ):
+                        undone.append(place.job_id)
                 for preempt in preempted:
-                    await self._preempt(session, preempt)
-                for reason, ids in changed.items():
-                    for start in range(0, len(ids), _CHUNK):
-                        await session.execute(
-                            update(Job)
-                            .where(Job.id.in_(ids[start : start + _CHUNK]), Job.status == JobStatus.QUEUED.value)
-                            .values(pending_reason=reason)
-                            .execution_options(synchronize_session=False)
-                        )
+                    # The victim's reconciler stops it gracefully and requeues it; nothing to do if it ended.
+                    message = f"preempted for job {preempt.for_job_id}: {preempt.reason}"
+                    await mark_preempted(session, int(preempt.job_id), message)
+                await set_pending_reasons(session, changed)
                 if len(undone) < len(placed) or preempted:
                     notify_after_commit(session)  # the reconciler of this replica acts on them now
         except _LeaseLost:
@@ -358,70 +295,15 @@ class SchedulingController(WakeableController):
         for preempt in preempted:
             self._attempts.pop(preempt.job_id, None)
             stats.preempted.append(int(preempt.job_id))
-        for reason, ids in changed.items():
-            for changed_id in ids:
-                self._reasons[str(changed_id)] = reason
-            stats.reasons_written += len(ids)
+        for changed_id, reason in changed.items():
+            self._reasons[str(changed_id)] = reason
+        stats.reasons_written += len(changed)
         stats.undone = [int(j) for j in undone]
 
     def _release(self, job_id: str) -> None:
         if job_id in self.state.running:
             self.state.release(job_id)
         self._attempts.pop(job_id, None)
-
-    async def _place(self, session: AsyncSession, place: Place) -> bool:
-        """Write one placement; False (and nothing written) when the job changed since the snapshot."""
-        job = await session.get(Job, int(place.job_id))
-        if job is None or job.status != JobStatus.QUEUED.value or job.stop_requested_at is not None:
-            return False
-        if job.restart_count != self._queued_attempts.get(place.job_id, job.restart_count):
-            return False
-        rows = {
-            (r.task, r.index): r
-            for r in (
-                await session.scalars(
-                    select(Replica).where(Replica.job_id == job.id, Replica.attempt == job.restart_count)
-                )
-            ).all()
-        }
-        if any((p.task, p.replica) not in rows for p in place.placements):
-            return False
-        nodes = sorted({p.node for p in place.placements})
-        try:
-            async with session.begin_nested():
-                for p in place.placements:
-                    row = rows[(p.task, p.replica)]
-                    row.node_name = p.node
-                    row.node_id = self._node_ids.get(p.node)
-                    row.devices = list(p.devices)
-                await transition(
-                    session,
-                    job,
-                    JobStatus.SCHEDULED,
-                    actor=SCHEDULER_ACTOR,
-                    reason="scheduled",
-                    message=f"placed on {', '.join(nodes)}",
-                )
-        except InvalidTransition:
-            return False
-        return True
-
-    async def _preempt(self, session: AsyncSession, preempt: Preempt) -> None:
-        """Ask the reconciler to stop the victim gracefully: a stop request by nobody, reason ``preempted``."""
-        await session.execute(
-            update(Job)
-            .where(
-                Job.id == int(preempt.job_id),
-                Job.status.in_(HOLDING),
-                Job.stop_requested_at.is_(None),
-            )
-            .values(
-                stop_requested_at=utcnow(),
-                failure_reason=FailureReason.PREEMPTED.value,
-                message=f"preempted for job {preempt.for_job_id}: {preempt.reason}"[:4000],
-            )
-            .execution_options(synchronize_session=False)
-        )
 
 
 class _LeaseLost(Exception):

@@ -194,6 +194,12 @@ async def renew(db: Database, lease: NamedLease, ttl_s: float) -> NamedLease | N
     return NamedLease(lease.name, lease.owner, lease.token, utcnow() + timedelta(seconds=ttl_s)) if ok else None
 
 
+async def renew_in(session: AsyncSession, lease: NamedLease, *, ttl_s: float) -> bool:
+    """Extend a held named lease in the caller's write transaction: the guard of a holder's writes (they are
+    committed only with the lease still theirs). False means it was lost: write nothing."""
+    return await renew_row(session, Lease, Lease.name == lease.name, token=lease.token, ttl_s=ttl_s)
+
+
 async def release(db: Database, lease: NamedLease) -> bool:
     async with db.write() as session:
         return await release_row(session, Lease, Lease.name == lease.name, token=lease.token)

@@ -1,9 +1,11 @@
 """The scheduling controller against the database, on SQLite and PostgreSQL: placements through
 ``transition``, pending reasons written only when they change, preemption as a graceful stop request carried out
-by the reconciler, and one scheduler at a time (named lease)."""
+by the reconciler, and one scheduler at a time (named lease): one that lost the lease while it computed writes
+nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -11,8 +13,11 @@ import pytest
 from fastapi import FastAPI
 
 from aicenter.config import Settings
-from aicenter.controllers.scheduling import SchedulingController
+from aicenter.controllers.scheduling import LEASE_NAME, SchedulingController, TickStats
+from aicenter.db import leases
 from aicenter.db.engine import Database
+from aicenter.db.leases import NamedLease
+from aicenter.scheduler import CycleResult
 from aicenter.services import jobs
 from aicenter.services.context import Actor
 from tests.factories import make_user
@@ -97,3 +102,29 @@ async def test_preemption_stops_the_victim_gracefully_and_requeues_it(
     async with db.write() as session:
         await jobs.stop_job(session, alice, victim)
     await tick_until(scheduler, reconciler, status_is(db, victim, "stopped"), "the victim to stop")
+
+
+async def test_a_scheduler_that_loses_its_lease_while_it_computes_writes_nothing(
+    db: Database, settings: Settings, alice: Actor
+) -> None:
+    short_ttl_s = 0.3
+
+    class LosesItMidTick(SchedulingController):
+        """Another replica takes the lease after this one read and decided, before it writes."""
+
+        async def _apply(self, lease: NamedLease, result: CycleResult, stats: TickStats) -> None:
+            await asyncio.sleep(short_ttl_s + 0.2)
+            assert await leases.acquire(db, LEASE_NAME, "other", ttl_s=30) is not None
+            await super()._apply(lease, result, stats)
+
+    holder = LosesItMidTick(db, settings, owner="a")
+    holder.lease_ttl_s = short_ttl_s
+    first = await submit(db, alice, job_spec("fits", "true", cpu="6"))
+    second = await submit(db, alice, job_spec("waits", "true", cpu="6"))
+    await holder.tick()
+    assert holder.last.placed == []
+    assert holder._lease is None
+    for job_id in (first, second):
+        job = await job_row(db, job_id)
+        assert (job.status, job.pending_reason) == ("queued", "")
+        assert await statuses(db, job_id) == ["pending", "queued"]

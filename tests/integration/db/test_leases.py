@@ -48,6 +48,9 @@ async def test_expired_lease_is_taken_over_and_the_old_owner_loses_it(db: Databa
 
     assert await leases.renew(db, old, ttl_s=30) is None, "the old owner renewed a lease it lost"
     assert await leases.release(db, old) is False, "the old owner released a lease it lost"
+    async with db.write() as session:  # the guard of a holder's write transaction
+        assert await leases.renew_in(session, old, ttl_s=30) is False, "the old owner's writes were let through"
+        assert await leases.renew_in(session, new, ttl_s=30) is True
     async with db.read() as session:
         row = await session.get(Lease, "scheduler")
         assert row is not None

@@ -1,5 +1,6 @@
 """Training jobs: submission, the one status transition function, queries, stop, templates, logs access, the
-API token of a job's replicas, and the reconciler's reads and writes (``load_jobs``, ``apply_steps``).
+API token of a job's replicas, the reconciler's reads and writes (``load_jobs``, ``apply_steps``) and the
+scheduling controller's (``load_scheduling_*``, ``place_job``, ``mark_preempted``, ``set_pending_reasons``).
 
 Every status change of a job goes through ``transition``, every replica status change through
 ``change_replica``. ``register_usage`` plugs the jobs' quota usage and catalog "in use" checks into those
@@ -60,6 +61,18 @@ from aicenter.services.jobs._runtime import (
     materialize,
     python_bin,
 )
+from aicenter.services.jobs._scheduling import (
+    PENDING_REASON_MAX,
+    SchedulingCluster,
+    SchedulingIds,
+    SchedulingJob,
+    load_scheduling_cluster,
+    load_scheduling_ids,
+    load_scheduling_jobs,
+    mark_preempted,
+    place_job,
+    set_pending_reasons,
+)
 from aicenter.services.jobs._submit import Amounts, load_spec, resolve_workspace, resubmit_job, submit_job
 from aicenter.services.jobs._templates import (
     create_template,
@@ -79,6 +92,7 @@ __all__ = [
     "DEFAULT_POINTS",
     "HOST_IMAGE",
     "MAX_POINTS",
+    "PENDING_REASON_MAX",
     "SYSTEM",
     "Amounts",
     "Applied",
@@ -94,6 +108,9 @@ __all__ = [
     "MetricSeries",
     "NodeRef",
     "ReplicaInfo",
+    "SchedulingCluster",
+    "SchedulingIds",
+    "SchedulingJob",
     "TemplateView",
     "Work",
     "any_job_to_reconcile",
@@ -120,10 +137,15 @@ __all__ = [
     "load_content",
     "load_job",
     "load_jobs",
+    "load_scheduling_cluster",
+    "load_scheduling_ids",
+    "load_scheduling_jobs",
     "load_spec",
     "log_target",
+    "mark_preempted",
     "materialize",
     "metric_files",
+    "place_job",
     "python_bin",
     "read_job_metrics",
     "read_logs",
@@ -134,6 +156,7 @@ __all__ = [
     "request_stop",
     "resolve_workspace",
     "resubmit_job",
+    "set_pending_reasons",
     "stop_job",
     "submit_job",
     "submit_template",

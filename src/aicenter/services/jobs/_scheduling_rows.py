@@ -1,19 +1,18 @@
 """From database rows to the scheduler's model (``aicenter.scheduler``): nodes, quotas, jobs and placements.
 
-Pools are label selectors and overlap: a node is in every pool whose selector matches it (``default`` holds
-every node), as ``aicenter.core.pools.pools_of`` says for the node and pool views and for admission too. A job
-of pool P may be placed on any ready node of P.
+Pure conversions of rows already loaded (``_scheduling.py`` loads them). Pools are label selectors and overlap:
+a node is in every pool whose selector matches it (``default`` holds every node), as
+``aicenter.core.pools.pools_of`` says for the node and pool views and for admission too. A job of pool P may be
+placed on any ready node of P.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aicenter.core.jobs import JobStatus
 from aicenter.core.pools import pools_of
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.db.models import Job, Node, Pool, Replica
@@ -24,13 +23,6 @@ from aicenter.scheduler import Node as SchedNode
 from aicenter.scheduler.model import NodeStatus
 
 MIB = 1024 * 1024
-
-# Jobs whose replicas hold resources on nodes: from placement until their replicas are stopped and the job
-# leaves for the queue or a final status. A job with a stop request (a user's stop, a preemption) is left out:
-# the scheduler treats its resources as already given back, so the job that preempted it can be placed.
-HOLDING: tuple[str, ...] = tuple(
-    s.value for s in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING)
-)
 
 
 def epoch(at: datetime | None) -> float | None:
@@ -43,11 +35,6 @@ def epoch(at: datetime | None) -> float | None:
 # -- nodes and quotas -----------------------------------------------------------------------------------------
 
 
-def node_pools(node: Node, pools: Sequence[Pool]) -> frozenset[str]:
-    """Every pool ``node`` belongs to (``aicenter.core.pools.pools_of``: the one rule, shared with the views)."""
-    return frozenset(pools_of(node.labels, pools))
-
-
 def node_status(node: Node) -> NodeStatus:
     """``ready`` only when heartbeating and schedulable; cordoned and draining nodes keep their jobs."""
     if node.state != NodeState.READY.value:
@@ -57,7 +44,8 @@ def node_status(node: Node) -> NodeStatus:
     return "ready"
 
 
-def to_node(node: Node, pools: frozenset[str]) -> SchedNode:
+def to_node(node: Node, pools: Sequence[Pool]) -> SchedNode:
+    """The scheduler's node, in every pool of ``pools`` whose selector matches it (``core.pools.pools_of``)."""
     devices = tuple(
         Device(
             index=int(acc["index"]),
@@ -72,24 +60,11 @@ def to_node(node: Node, pools: frozenset[str]) -> SchedNode:
         cpu_milli=int(node.cpu_milli),
         memory_mib=int(node.memory_bytes) // MIB,
         devices=devices,
-        pools=pools,
+        pools=frozenset(pools_of(node.labels, pools)),
         labels={str(k): str(v) for k, v in (node.labels or {}).items()},
         state=node_status(node),
         leaf=node.leaf,
         spine=node.spine,
-    )
-
-
-def node_signature(node: SchedNode) -> tuple[Any, ...]:
-    """What, when it changes, needs the state's arrays rebuilt (everything but the node's state)."""
-    return (
-        node.cpu_milli,
-        node.memory_mib,
-        node.devices,
-        node.pools,
-        node.leaf,
-        node.spine,
-        tuple(node.labels.items()),
     )
 
 
@@ -117,41 +92,45 @@ def request_of(replica: Replica) -> ReplicaRequest:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class JobFacts:
-    """A job row with the names the scheduler needs."""
+def to_sched_job(
+    job: Job,
+    replicas: Sequence[Replica],
+    *,
+    workspace: str,
+    user: str,
+    pool: str,
+    dataset_sizes: Mapping[int, int],
+) -> SchedJob | None:
+    """The scheduler's view of a job; None when its current attempt has no replica rows (nothing to place).
 
-    job: Job
-    workspace: str
-    user: str
-    pool: str
-    replicas: list[Replica]  # the current attempt's rows, in rank order
-    dataset_sizes: Mapping[int, int]  # dataset version id -> bytes
-
-
-def to_sched_job(facts: JobFacts) -> SchedJob | None:
-    """The scheduler's view of a job; None when its current attempt has no replica rows (nothing to place)."""
-    job = facts.job
-    if not facts.replicas:
+    Args:
+        job: The job row.
+        replicas: The current attempt's replica rows, in rank order.
+        workspace: The job's workspace name.
+        user: The job's user name.
+        pool: The job's pool name.
+        dataset_sizes: Dataset version id -> bytes, for the versions the job reads (cache affinity).
+    """
+    if not replicas:
         return None
     order = [str(t.get("name", "worker")) for t in (job.spec or {}).get("tasks", [])]
     by_task: dict[str, list[Replica]] = {}
-    for replica in facts.replicas:
+    for replica in replicas:
         by_task.setdefault(replica.task, []).append(replica)
     names = [n for n in order if n in by_task] + sorted(n for n in by_task if n not in order)
     tasks = tuple(Task(name, len(by_task[name]), request_of(by_task[name][0])) for name in names)
     datasets = tuple(
-        (str(int(v)), math.ceil(facts.dataset_sizes.get(int(v), 0) / MIB)) for v in job.dataset_version_ids or []
+        (str(int(v)), math.ceil(dataset_sizes.get(int(v), 0) / MIB)) for v in job.dataset_version_ids or []
     )
     return SchedJob(
         id=str(job.id),
-        workspace=facts.workspace,
-        user=facts.user,
+        workspace=workspace,
+        user=user,
         priority=int(job.priority),
         submit_time=epoch(job.submitted_at) or 0.0,
         tasks=tasks,
         datasets=datasets,
-        pool=facts.pool,
+        pool=pool,
         started_at=epoch(job.started_at),
     )
 
