@@ -19,7 +19,7 @@ from aicenter.controllers import heartbeat, image_builder, reconciler, schedulin
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
-from aicenter.services.auth import TokenVerifier
+from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
 from aicenter.storage import BlobStore
 from aicenter.web import install as install_console
@@ -45,6 +45,7 @@ def create_app(
     """Build the ASGI app. Start-up applies migrations (under a lock), bootstraps, and starts controllers."""
     settings = settings or Settings()
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    use_password_profile(settings.password_hashing)
     db = Database(settings.effective_database_url, pool_size=settings.db_pool_size)
     ctx = AppContext(
         settings=settings,
