@@ -27,7 +27,10 @@ class Settings(BaseSettings):
         default=Path("~/.aicenter"),
         description="Directory holding the embedded database, the artifact store, logs and the CLI config.",
     )
-    dev: bool = Field(default=False, description="Development mode: allows default secrets and insecure cookies.")
+    dev: bool = Field(
+        default=False,
+        description="Development mode: allows default secrets, insecure cookies and fast password hashing.",
+    )
     host: str = Field(default="127.0.0.1", description="Address the API and console listen on.")
     port: int = Field(default=8000, description="Port the API and console listen on.")
     database_url: str | None = Field(
