@@ -10,7 +10,7 @@ throwaway database), migrates it and seeds 10,000 audit events through the servi
 
 It prints one JSON document: requests per second, p50 and p99 latency per scenario per backend. The load process
 is a minimal asyncio HTTP/1.1 client (not httpx) so that it takes as little as possible of the CPU it shares with
-the server; it still shares it. Goal (issue 2): >= 1,000 req/s and p99 <= 50 ms for ``get_one``.
+the server; it still shares it. Goal: >= 1,000 req/s and p99 <= 50 ms for ``get_one``.
 
     python bench/api.py [--duration 10] [--backend sqlite --backend postgres] [--workers 1 --workers 2]
     python bench/api.py --profile      # also samples the server with py-spy during get_one and prints hot frames

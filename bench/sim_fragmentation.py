@@ -1,6 +1,6 @@
 """Fragmentation on openb (default tasks, GPU nodes, fill mode): random-fit, best-fit and FGD in one run.
 
-Goal (issue 3): FGD leaves >= 40% fewer unallocated GPUs than best-fit when the first task fails to place.
+Goal: FGD leaves >= 40% fewer unallocated GPUs than best-fit when the first task fails to place.
 
     python bench/sim_fragmentation.py
 """

@@ -1,7 +1,7 @@
 """Quality on Philly, October 2017: FIFO vs Tiresias-style LAS (no runtime knowledge) vs fair share.
 
-1. ``issue``: exactly the issue's configuration, 96x8 GPUs in leaves of 16, the three policies in one run.
-   Goals (issue 3): LAS >= 5x lower average JCT than FIFO, lower p99 queueing delay, GPU allocation not lower
+1. ``reference``: the configuration the goals name, 96x8 GPUs in leaves of 16, the three policies in one run.
+   Goals: LAS >= 5x lower average JCT than FIFO, lower p99 queueing delay, GPU allocation not lower
    than FIFO's; with workspace fair share, Jain index across the tenants >= 0.9. The 5x cannot be reached
    by any policy on this cluster: jobs run at a fixed speed, so no average JCT goes below the mean job
    duration, and FIFO is only ~1.13x above it (``avg_jct_lower_bound_s``, ``max_possible_speedup_over_fifo``).
@@ -78,13 +78,13 @@ def main() -> None:
     parser.add_argument("--trace", default=str(TRACES / "philly.csv"))
     parser.add_argument("--policy", action="append", help="default: fifo, tiresias, fair-share")
     parser.add_argument("--contended-cluster", default="32x8", help="the contended case's cluster (32x8)")
-    parser.add_argument("--no-contended", action="store_true", help="only the issue's configuration")
+    parser.add_argument("--no-contended", action="store_true", help="only the reference configuration")
     parser.add_argument("--limit", type=int, default=None, help="only the first N jobs (smoke runs)")
-    parser.add_argument("--plot", default=None, help="write the overlay PNG of the issue's configuration here")
+    parser.add_argument("--plot", default=None, help="write the overlay PNG of the reference configuration here")
     args = parser.parse_args()
     # One JSON document per configuration, printed as soon as it is done (the contended one takes longer).
-    issue, results = _run(args, "96x8", args.policy or ["fifo", "tiresias", "fair-share"])
-    print(json.dumps({"config": "issue", **issue}, indent=2), flush=True)
+    reference, results = _run(args, "96x8", args.policy or ["fifo", "tiresias", "fair-share"])
+    print(json.dumps({"config": "reference", **reference}, indent=2), flush=True)
     if args.plot:
         from aicenter.sim.runner import plot
 

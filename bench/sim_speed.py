@@ -1,4 +1,4 @@
-"""Simulator speed: all 82,247 Philly jobs on 96x8 GPUs (leaves of 16). Goal (issue 3): <= 60 s wall.
+"""Simulator speed: all 82,247 Philly jobs on 96x8 GPUs (leaves of 16). Goal: <= 60 s wall.
 
 python bench/sim_speed.py [--policy fifo --policy tiresias --policy default] [--limit N]
 

@@ -10,7 +10,7 @@ and times the ``aicenter`` command as a subprocess, wall clock:
   sizes of the files under store/blobs before and after) over the version's total size.
 
 Every source is written once and read by ``cp`` first, so ``cp``, push and pull all start from a warm page cache;
-all of them write on the same disk. Prints one JSON document with the goals of issue 4 and whether each is met.
+all of them write on the same disk. Prints one JSON document with the storage goals and whether each is met.
 
     python bench/storage.py                     # 2 GiB, 10,000 small files
     python bench/storage.py --size-gib 0.25     # a quick run

@@ -7,13 +7,9 @@ TRUNCATE: on PostgreSQL TRUNCATE takes an ACCESS EXCLUSIVE lock and costs ~10 ms
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
@@ -25,43 +21,17 @@ from aicenter.config import Settings
 from aicenter.db.base import Base
 from aicenter.db.engine import Database
 from aicenter.services.bootstrap import bootstrap
+from tests.support.postgres import fresh_database
+from tests.support.settings import ADMIN_PASSWORD, make_settings
 
-ADMIN_PASSWORD = "admin-password-1"
-PG_ADMIN_DSN = os.environ.get("AICENTER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def _pg_available() -> bool:
-    async def probe() -> bool:
-        try:
-            conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
-        except (OSError, asyncpg.PostgresError):
-            return False
-        await conn.close()
-        return True
-
-    return asyncio.run(probe())
+__all__ = ["ADMIN_PASSWORD"]  # test modules import it from here
 
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, dropped at the end. Returns its SQLAlchemy URL."""
-    if not _pg_available():
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_DSN}; CI must start it")
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    name = f"aicenter_test_{uuid.uuid4().hex[:10]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(PG_ADMIN_DSN)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
-    yield f"{base}/{name}"
-    asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    """A fresh PostgreSQL database for this test session (per xdist worker), dropped at the end; its URL."""
+    with fresh_database("aicenter_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
@@ -79,14 +49,7 @@ def db_url(db_backend: str, tmp_path_factory: pytest.TempPathFactory, request: p
 @pytest.fixture(scope="session")
 def settings(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     home: Path = tmp_path_factory.mktemp("home")
-    return Settings(
-        home=home,
-        database_url=db_url,
-        admin_password=ADMIN_PASSWORD,
-        secret_key="test-secret-key-0123456789",
-        register_host=False,
-        token_cache_s=0,  # tests check revocation immediately
-    )
+    return make_settings(home, database_url=db_url, token_cache_s=0)  # tests check revocation immediately
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

@@ -10,6 +10,7 @@ import httpx
 from aicenter.db.engine import Database
 from aicenter.services import tenancy
 from aicenter.services.context import Actor
+from tests.support.settings import ADMIN_PASSWORD
 
 ADMIN = Actor.system("test-admin")
 
@@ -33,8 +34,6 @@ async def login(client: httpx.AsyncClient, username: str, password: str) -> Logi
 
 
 async def admin_login(client: httpx.AsyncClient) -> Login:
-    from tests.conftest import ADMIN_PASSWORD
-
     return await login(client, "admin", ADMIN_PASSWORD)
 
 

@@ -21,7 +21,7 @@ from aicenter.db import migrate
 from aicenter.db.engine import Database
 from aicenter.executors.local import LocalExecutor
 from aicenter.services import jobs as services_jobs
-from aicenter.services.auth import TokenVerifier
+from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
 from aicenter.storage import BlobStore
 from aicenter.web import install as install_console
@@ -47,6 +47,7 @@ def create_app(
     """Build the ASGI app. Start-up applies migrations (under a lock), bootstraps, and starts controllers."""
     settings = settings or Settings()
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    use_password_profile(settings.password_hashing)
     db = Database(settings.effective_database_url, pool_size=settings.db_pool_size)
     ctx = AppContext(
         settings=settings,

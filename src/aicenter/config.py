@@ -5,12 +5,17 @@ from __future__ import annotations
 import secrets
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Well-known values that must never sign anything outside development.
 _KNOWN_WEAK_SECRETS = frozenset({"secret", "changeme", "change-me", "dev", "development", "aicenter"})
+
+# The argon2id cost profiles of password hashing (parameters in aicenter.services.auth).
+PasswordHashProfile = Literal["production", "fast"]
+_HASHING_OUTSIDE_DEV: frozenset[PasswordHashProfile] = frozenset({"production"})
 
 
 class Settings(BaseSettings):
@@ -22,7 +27,10 @@ class Settings(BaseSettings):
         default=Path("~/.aicenter"),
         description="Directory holding the embedded database, the artifact store, logs and the CLI config.",
     )
-    dev: bool = Field(default=False, description="Development mode: allows default secrets and insecure cookies.")
+    dev: bool = Field(
+        default=False,
+        description="Development mode: allows default secrets, insecure cookies and fast password hashing.",
+    )
     host: str = Field(default="127.0.0.1", description="Address the API and console listen on.")
     port: int = Field(default=8000, description="Port the API and console listen on.")
     database_url: str | None = Field(
@@ -41,6 +49,12 @@ class Settings(BaseSettings):
     admin_username: str = Field(default="admin", description="Name of the first platform admin.")
     admin_password: str | None = Field(
         default=None, description="Password of the first platform admin; generated and printed once if unset."
+    )
+    password_hashing: PasswordHashProfile = Field(
+        default="production",
+        description="Cost of hashing passwords (argon2id): production (RFC 9106's parameters, ~0.3 s per hash "
+        "and per login), or fast (the cheapest parameters argon2 accepts, for tests; refused unless dev). A hash "
+        "records its parameters, so passwords set under one profile still verify under the other.",
     )
     public_url: str | None = Field(
         default=None, description="External URL of the server (https:// makes session cookies Secure)."
@@ -142,6 +156,11 @@ class Settings(BaseSettings):
     def _refuse_weak_secrets(self) -> Settings:
         if self.dev:
             return self
+        if self.password_hashing not in _HASHING_OUTSIDE_DEV:
+            raise ValueError(
+                f"AICENTER_PASSWORD_HASHING={self.password_hashing} makes stolen password hashes cheap to crack "
+                "and is for tests only; unset it (production is the default), or set AICENTER_DEV=1 for development"
+            )
         if self.secret_key is not None and (len(self.secret_key) < 16 or self.secret_key in _KNOWN_WEAK_SECRETS):
             raise ValueError(
                 "AICENTER_SECRET_KEY is too weak (at least 16 characters); unset it to have one generated, "

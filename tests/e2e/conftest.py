@@ -1,28 +1,29 @@
 """A real ``aicenter up`` process on a temporary home and a free port, the CLI as a subprocess, and Chromium.
 
-The server is the installed console script, started the way a user starts it and stopped with SIGINT (Ctrl-C),
-which must exit 0. It runs on SQLite (the embedded shape): the environment is cleared of AICENTER_* first.
+The server (tests/support/servers.py) is the installed console script, started the way a user starts it and
+stopped with SIGINT (Ctrl-C), which must exit 0. It runs on SQLite (the embedded shape) in development mode with
+cheap password hashing: the environment is cleared of AICENTER_* first.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-ADMIN_PASSWORD = "e2e-admin-Passw0rd"
+from tests.support.postgres import fresh_database
+from tests.support.servers import Server, clean_env, executable
+from tests.support.settings import ADMIN_PASSWORD
+
+# Test modules import the server and its admin password from here, beside the fixtures.
+__all__ = ["ADMIN_PASSWORD", "Cli", "Server", "signed_in"]
+
 CHROMIUM = Path("/usr/bin/chromium")
 # Flags for a closed network and a root user: without the background-networking ones Chromium keeps trying
 # to reach Google's hosts, and as root it refuses to start without --no-sandbox.
@@ -35,93 +36,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-READY_TIMEOUT_S = 60.0  # generous: CI shares 2 cores; the goal of < 3 s is measured and printed, not asserted
-
-
-def _executable(name: str) -> str:
-    """The console script installed beside this interpreter (the one pip put there), else from PATH."""
-    beside = Path(sys.executable).with_name(name)
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        pytest.fail(f"`{name}` is not installed; run pip install -e '.[test]'")
-    return found
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any AICENTER_* setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AICENTER_")}
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class Server:
-    """One ``aicenter up`` process. ``start`` waits for /api/v1/health; ``stop`` sends SIGINT and checks exit 0."""
-
-    home: Path
-    port: int = field(default_factory=free_port)
-    env: dict[str, str] = field(default_factory=dict)  # extra AICENTER_* settings for this server
-    proc: subprocess.Popen[str] | None = None
-    ready_after_s: float = 0.0
-    output: str = ""
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Server:
-        assert self.proc is None, "already running"
-        log = (self.home.parent / f"{self.home.name}-server.log").open("w")
-        started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [_executable("aicenter"), "up", "--home", str(self.home), "--port", str(self.port)],
-            env=clean_env(AICENTER_ADMIN_PASSWORD=ADMIN_PASSWORD, **self.env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = started + READY_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"aicenter up exited with {self.proc.returncode} before it was ready:\n{self._log()}")
-            try:
-                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop(check=False)
-                pytest.fail(f"aicenter up was not ready within {READY_TIMEOUT_S} s:\n{self._log()}")
-            time.sleep(0.05)
-        self.ready_after_s = time.monotonic() - started
-        print(f"aicenter up ready after {self.ready_after_s:.2f} s")  # shown with -s, and on failure
-        return self
-
-    def stop(self, *, check: bool = True) -> int:
-        """Ctrl-C by pid; returns the exit status, which must be 0 when ``check``."""
-        assert self.proc is not None, "not running"
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(timeout=10)
-        self.proc = None
-        self.output = self._log()
-        if check:
-            assert code == 0, f"aicenter up exited with {code} after SIGINT:\n{self.output}"
-        return code
-
-    def _log(self) -> str:
-        path = self.home.parent / f"{self.home.name}-server.log"
-        return path.read_text(errors="replace")[-5000:] if path.exists() else ""
 
 
 @pytest.fixture
@@ -143,7 +57,7 @@ class Cli:
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [_executable("aicenter"), *args],
+            [executable("aicenter"), *args],
             input=stdin,
             capture_output=True,
             text=True,
@@ -160,11 +74,28 @@ class Cli:
         return json.loads(self.run(*args, "-o", "json").stdout)
 
 
+def signed_in(tmp_path: Path, server: Server, username: str, password: str) -> Cli:
+    """A signed-in ``aicenter`` CLI with its own home."""
+    home = tmp_path / f"cli-{username}"
+    home.mkdir()
+    cli = Cli(home)
+    login = cli.run("login", "--server", server.url, "--username", username, "--password-stdin", stdin=password + "\n")
+    assert username in login.stdout
+    return cli
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     home = tmp_path / "cli-home"
     home.mkdir()
     return Cli(home)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL database for one server; dropped (with its connections) afterwards."""
+    with fresh_database("aicenter_e2e") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

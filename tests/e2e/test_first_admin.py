@@ -17,8 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import ADMIN_PASSWORD, READY_TIMEOUT_S, Cli, Server, _executable, clean_env, free_port
-from tests.e2e.test_catalog_done_when import pg_url  # noqa: F401 - a fixture: a throwaway PostgreSQL database
+from tests.e2e.conftest import Cli
+from tests.support.servers import READY_TIMEOUT_S, Server, clean_env, free_port
+from tests.support.servers import executable as _executable
+from tests.support.settings import ADMIN_PASSWORD
 
 pytestmark = pytest.mark.e2e
 

@@ -7,44 +7,23 @@ that ended meanwhile, and finishes every job. Run on SQLite (embedded) and on Po
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
+from tests.support.postgres import fresh_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 JOBS = 20
 DEADLINE_S = 180.0
-PG_ADMIN_DSN = os.environ.get("AICENTER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def _pg(sql: str) -> bool:
-    async def run() -> bool:
-        try:
-            conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
-        except (OSError, asyncpg.PostgresError):
-            return False
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-        return True
-
-    return asyncio.run(run())
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def server_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Settings of the server under test: SQLite in its home, or a fresh PostgreSQL database."""
@@ -52,14 +31,8 @@ def server_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[
     if request.param == "sqlite":
         yield env
         return
-    name = f"aicenter_e2e_{uuid.uuid4().hex[:10]}"
-    if not _pg(f'CREATE DATABASE "{name}"'):
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not reachable")
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
-    yield {**env, "AICENTER_DATABASE_URL": f"{base}/{name}"}
-    _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("aicenter_e2e") as url:
+        yield {**env, "AICENTER_DATABASE_URL": url}
 
 
 def _login(url: str) -> dict[str, str]:
@@ -75,7 +48,7 @@ def _wait(what: str, check: Any, server: Server) -> Any:
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}:\n{server._log()}")
+            pytest.fail(f"timed out waiting for {what}:\n{server.log()}")
         time.sleep(0.25)
 
 

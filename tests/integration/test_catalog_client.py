@@ -22,7 +22,8 @@ from aicenter.client import ApiError, Client
 from aicenter.client.transfer import TransferError
 from aicenter.client.transfer import _pull as pull_mod
 from aicenter.client.transfer import _push as push_mod
-from tests.unit.cli.live_server import ADMIN_PASSWORD, live_server
+from tests.support.servers import live_server
+from tests.support.settings import ADMIN_PASSWORD
 
 PART = 64 * 1024
 _n = itertools.count(1)
@@ -34,11 +35,8 @@ def uniq(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AICENTER_UPLOAD_PART_SIZE", str(PART))  # read by Settings() inside live_server
-        with live_server(tmp_path_factory.mktemp("catalog-home")) as url:
-            mp.delenv("AICENTER_UPLOAD_PART_SIZE")
-            yield url
+    with live_server(tmp_path_factory.mktemp("catalog-home"), upload_part_size=PART) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from aicenter.client import ApiError, Client, ConnectionFailed, Page, User
-from tests.unit.cli.live_server import ADMIN_PASSWORD, live_server
+from tests.support.servers import live_server
+from tests.support.settings import ADMIN_PASSWORD
 
 _n = itertools.count(1)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from aicenter.client import ApiError, Client, Job
-from tests.unit.cli.live_server import ADMIN_PASSWORD, live_server
+from tests.support.servers import live_server
+from tests.support.settings import ADMIN_PASSWORD
 
 SPEC_YAML = """\
 name: sdk-job

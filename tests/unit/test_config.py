@@ -1,4 +1,4 @@
-"""Settings: environment prefix, defaults and refusal of weak secrets."""
+"""Settings: environment prefix, defaults, and refusal of weak secrets and cheap password hashing."""
 
 from __future__ import annotations
 
@@ -40,3 +40,23 @@ def test_generated_secret_is_kept_private_and_stable(tmp_path: Path) -> None:
 def test_every_field_is_described() -> None:
     missing = [name for name, field in Settings.model_fields.items() if not field.description]
     assert missing == []
+
+
+def test_password_hashing_defaults_to_production(tmp_path: Path) -> None:
+    assert Settings(home=tmp_path).password_hashing == "production"
+    assert Settings(home=tmp_path, dev=True).password_hashing == "production"
+
+
+def test_fast_password_hashing_refused_outside_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValidationError, match=r"AICENTER_PASSWORD_HASHING=fast .* set AICENTER_DEV=1"):
+        Settings(home=tmp_path, password_hashing="fast")
+    monkeypatch.setenv("AICENTER_PASSWORD_HASHING", "fast")
+    with pytest.raises(ValidationError, match="cheap to crack"):
+        Settings(home=tmp_path)
+    monkeypatch.setenv("AICENTER_DEV", "1")
+    assert Settings(home=tmp_path).password_hashing == "fast"
+
+
+def test_unknown_password_hashing_profile_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="production"):
+        Settings(home=tmp_path, dev=True, password_hashing="none")  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.config import PasswordHashProfile
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, Forbidden, NotFound, RateLimited, Unauthenticated, ValidationFailed
 from aicenter.core.names import check_text
@@ -33,21 +34,50 @@ from aicenter.services.context import Actor
 # A token's last use is recorded at most this often, so that reads do not turn into writes.
 TOUCH_EVERY_S = 300.0
 TOKEN_PREFIX = "aic_"  # noqa: S105 - a prefix, not a secret
-_hasher = PasswordHasher()
+
+# argon2id parameters of each hashing profile (``Settings.password_hashing``). production is argon2-cffi's default,
+# RFC 9106's second recommendation (t=3, 64 MiB, p=4), ~0.3 s per hash and per verification on a server core;
+# fast is the least argon2 accepts (t=1, 8 KiB, p=1), ~0.1 ms, so that tests which create users and log in do
+# not spend half the suite hashing. Settings refuses fast outside development.
+PASSWORD_PROFILES: dict[PasswordHashProfile, PasswordHasher] = {
+    "production": PasswordHasher(),
+    "fast": PasswordHasher(time_cost=1, memory_cost=8, parallelism=1),
+}
+_profile: PasswordHashProfile = "production"
+
+
+def use_password_profile(profile: PasswordHashProfile) -> None:
+    """Hash passwords set from now on in this process with ``profile``; the app factory calls it from settings.
+
+    Verification reads the parameters from the stored hash, so passwords hashed under any profile keep working.
+
+    Raises:
+        ValueError: ``profile`` is not one of PASSWORD_PROFILES.
+    """
+    global _profile
+    if profile not in PASSWORD_PROFILES:
+        raise ValueError(f"unknown password hashing profile {profile!r}; known: {', '.join(PASSWORD_PROFILES)}")
+    _profile = profile
+
+
+def password_profile() -> PasswordHashProfile:
+    """The profile that new password hashes of this process use."""
+    return _profile
 
 
 @functools.cache
-def _dummy_hash() -> str:
+def _dummy_hash(profile: PasswordHashProfile) -> str:
     """Verified against when the user does not exist, so that timing does not reveal which user names exist.
 
     Computed on first use rather than at import: an argon2 hash costs ~0.2 s of `aicenter up`'s start-up.
     """
-    return _hasher.hash("not-a-password")
+    return PASSWORD_PROFILES[profile].hash("not-a-password")
 
 
 def hash_password(password: str) -> str:
+    """Check the password's strength and hash it with the process's profile (``use_password_profile``)."""
     check_password_strength(password)
-    return _hasher.hash(password)
+    return PASSWORD_PROFILES[_profile].hash(password)
 
 
 def check_password_strength(password: str) -> None:
@@ -58,10 +88,28 @@ def check_password_strength(password: str) -> None:
 
 
 def verify_password(password_hash: str | None, password: str) -> bool:
+    """Whether ``password`` matches the stored hash, under whatever parameters that hash was made with."""
+    hasher = PASSWORD_PROFILES[_profile]
     try:
-        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
+        return hasher.verify(password_hash or _dummy_hash(_profile), password) and password_hash is not None
     except (VerificationError, InvalidHashError):
         return False
+
+
+def upgraded_password_hash(password_hash: str, password: str) -> str | None:
+    """A production-cost hash of a just verified ``password`` whose stored hash is cheaper, else None.
+
+    A database that began on a development server (fast profile) is thereby upgraded one login at a time once
+    the server runs with production parameters; a production hash is never weakened by a fast-profile server.
+    """
+    if _profile != "production":
+        return None
+    hasher = PASSWORD_PROFILES["production"]
+    try:
+        stale = hasher.check_needs_rehash(password_hash)
+    except InvalidHashError:
+        return None
+    return hasher.hash(password) if stale else None
 
 
 def _hash_secret(secret: str) -> str:
@@ -250,6 +298,8 @@ async def login(
         return Unauthenticated("wrong user name or password")
     if user.state != UserState.ACTIVE:
         raise Forbidden("the account is frozen; ask a platform admin")
+    if user.password_hash is not None and (upgraded := upgraded_password_hash(user.password_hash, password)):
+        user.password_hash = upgraded
     await session.execute(delete(LoginAttempt).where(LoginAttempt.username == username, LoginAttempt.at < since))
     issued = await issue_token(session, user, name=token_name, kind=kind, ttl_s=ttl_s)
     actor = Actor(user.id, user.username, user.is_platform_admin, issued.token.id, client_address=address)

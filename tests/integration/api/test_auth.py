@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from aicenter.db.engine import Database
+from aicenter.db.models import User
+from aicenter.services import auth
 from aicenter.services.auth import TokenVerifier
-from tests.factories import admin_login, make_user
+from tests.factories import admin_login, login, make_user
 
 
 async def test_login_me_and_logout(client: httpx.AsyncClient) -> None:
@@ -91,3 +93,27 @@ async def test_concurrent_checks_of_one_token_share_one_read(client: httpx.Async
         event.remove(db.engine.sync_engine, "before_cursor_execute", count)
     assert {actor.username for actor, _kind in results} == {"alice"}
     assert len(reads) == 1
+
+
+async def test_login_upgrades_a_cheap_password_hash_once_the_server_hashes_for_production(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    """A database begun on a development server (fast profile) gets production hashes one login at a time."""
+    await make_user(db, client, "alice")
+
+    async def stored() -> str:
+        async with db.read() as session:
+            value = await session.scalar(select(User.password_hash).where(User.username == "alice"))
+        assert value is not None
+        return value
+
+    assert (await stored()).startswith("$argon2id$v=19$m=8,t=1,p=1$")
+    before = auth.password_profile()
+    auth.use_password_profile("production")
+    try:
+        await login(client, "alice", "user-password-1")
+        assert (await stored()).startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+        await login(client, "alice", "user-password-1")
+    finally:
+        auth.use_password_profile(before)
+    assert (await login(client, "alice", "user-password-1")).username == "alice", "the production hash verifies"

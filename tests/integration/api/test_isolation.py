@@ -40,7 +40,6 @@ from fastapi import FastAPI
 
 from aicenter.api.access import Access
 from aicenter.app import create_app
-from aicenter.config import Settings
 from aicenter.core.catalog import ItemKind
 from aicenter.core.roles import TokenKind, WorkspaceRole
 from aicenter.db.engine import Database
@@ -56,6 +55,7 @@ from aicenter.db.models import (
 )
 from aicenter.services import auth, catalog, jobs, tenancy
 from aicenter.services.context import Actor
+from tests.support.settings import make_settings
 
 API_PREFIX = "/api/"
 _METHODS = ("get", "post", "put", "patch", "delete")
@@ -80,13 +80,7 @@ class Operation:
 def _collect_operations() -> list[Operation]:
     """Every API operation of the app as built now; building the app touches no database."""
     with tempfile.TemporaryDirectory() as home:
-        settings = Settings(
-            home=Path(home),
-            database_url=f"sqlite+aiosqlite:///{home}/collect.db",
-            secret_key="collection-only-secret-key",
-            admin_password="collection-only-password",
-            register_host=False,
-        )
+        settings = make_settings(Path(home), database_url=f"sqlite+aiosqlite:///{home}/collect.db")
         document = create_app(settings, run_controllers=False).openapi()
     return [
         Operation(method, path)
@@ -151,7 +145,7 @@ class World:
     upload_id: int  # an open upload of alice: one needed file of one part
     upload_bytes: bytes  # the content of that file
     import_dir: str  # a directory under the server's import roots, with one file
-    # --- jobs (issue 5) ---
+    # --- jobs ---
     job_id: int = 0  # a queued job of alice in workspace A
     template_id: int = 0  # a job template of workspace A, by alice
     # --- end jobs ---
@@ -189,7 +183,7 @@ PATH_PARAMS: dict[str, PathParam] = {
     "upload_id": PathParam(lambda w, p: w.upload_id, True),
     "index": PathParam(lambda w, p: 0, True),
     "part": PathParam(lambda w, p: 0, True),
-    # --- jobs (issue 5) ---
+    # --- jobs ---
     "job_id": PathParam(lambda w, p: w.job_id, True),
     "template_id": PathParam(lambda w, p: w.template_id, True),
     # --- end jobs ---
@@ -275,7 +269,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     import_dir.mkdir(parents=True)
     (import_dir / "data.txt").write_bytes(b"imported")
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
-    job_id, template_id = await _jobs_world(db, alice)  # jobs (issue 5)
+    job_id, template_id = await _jobs_world(db, alice)  # jobs
     return World(
         admin=admin,
         alice=alice,
@@ -335,7 +329,7 @@ async def _catalog_world(
     return items, presets, version.id, upload.id, upload_bytes
 
 
-# --- jobs (issue 5) ---
+# --- jobs ---
 async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int]:
     """A queued job of alice in workspace A on spec gpu-a100-1 (pool A), and a template of A."""
     as_alice = Actor(alice.user_id, alice.username)

@@ -1,4 +1,4 @@
-"""Service fixes found by issue 5's end-to-end test, on the real controllers and local executor (SQLite and
+"""Service behaviour found by the training end-to-end test, on the real controllers and local executor (SQLite and
 PostgreSQL): a user's stop overrides a pending preemption; a followed log waits for a replica being launched and
 goes on across restarts; the job's API token works while the job runs and is revoked when it ends."""
 

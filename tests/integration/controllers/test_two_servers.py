@@ -3,10 +3,8 @@ every replica is launched exactly once. Each job appends its id to a shared file
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +13,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
-from tests.e2e.test_jobs_restart import PG_ADMIN_DSN, _pg
+from tests.support.postgres import fresh_database
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
 
 JOBS = 10
 DEADLINE_S = 180.0
@@ -26,20 +24,14 @@ DEADLINE_S = 180.0
 @pytest.fixture
 def shared_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """One PostgreSQL database, jobs directory and store for both servers; both reconcile every 0.2 s."""
-    name = f"aicenter_two_{uuid.uuid4().hex[:10]}"
-    if not _pg(f'CREATE DATABASE "{name}"'):
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not reachable")
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
-    yield {
-        "AICENTER_DATABASE_URL": f"{base}/{name}",
-        "AICENTER_JOBS_DIR": str(tmp_path / "jobs"),
-        "AICENTER_STORE_ROOT": str(tmp_path / "store"),
-        "AICENTER_RECONCILE_INTERVAL_S": "0.2",
-        "AICENTER_SCHEDULE_INTERVAL_S": "0.2",
-    }
-    _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("aicenter_two") as url:
+        yield {
+            "AICENTER_DATABASE_URL": url,
+            "AICENTER_JOBS_DIR": str(tmp_path / "jobs"),
+            "AICENTER_STORE_ROOT": str(tmp_path / "store"),
+            "AICENTER_RECONCILE_INTERVAL_S": "0.2",
+            "AICENTER_SCHEDULE_INTERVAL_S": "0.2",
+        }
 
 
 def _headers(url: str) -> dict[str, str]:

@@ -1,49 +1,15 @@
-"""CLI tests: typer's CliRunner against a real server (tests/unit/cli/live_server.py), each test with its own home."""
+"""CLI tests that need no server: each test with its own CLI home."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from aicenter.cli.main import app
-from tests.unit.cli.live_server import ADMIN_PASSWORD, live_server
-
-Run = Callable[..., Result]
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with live_server(tmp_path_factory.mktemp("cli-server")) as url:
-        yield url
+from tests.support.cli import isolate_cli_home
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The CLI's own home (config.toml), apart from the server's."""
-    path = tmp_path / "cli-home"
-    monkeypatch.setenv("AICENTER_HOME", str(path))
-    for name in ("AICENTER_PROFILE", "AICENTER_SERVER", "AICENTER_TOKEN", "AICENTER_API_URL"):
-        monkeypatch.delenv(name, raising=False)
-    return path
-
-
-@pytest.fixture
-def run(home: Path) -> Run:
-    """Invoke the CLI in-process: ``run("token", "list", input=...)``."""
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None) -> Result:
-        return runner.invoke(app, list(args), input=input, catch_exceptions=False)
-
-    return invoke
-
-
-@pytest.fixture
-def admin_cli(run: Run, server_url: str) -> Run:
-    """``run`` after `aicenter login` as the platform admin."""
-    result = run("login", "--server", server_url, "--username", "admin", "--password-stdin", input=ADMIN_PASSWORD)
-    assert result.exit_code == 0, result.output
-    return run
+    """The CLI's own home (config.toml)."""
+    return isolate_cli_home(tmp_path / "cli-home", monkeypatch)

@@ -1,4 +1,4 @@
-"""Fixtures for the simulator tests: slices of the public traces (skipped when ../shared/traces is absent)."""
+"""Fixtures for the simulator tests: slices of the public traces, shipped in tests/data/traces."""
 
 from __future__ import annotations
 
@@ -6,33 +6,29 @@ from pathlib import Path
 
 import pytest
 
-TRACES = (Path(__file__).parents[3] / "../shared/traces").resolve()
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
-def _slice(name: str, rows: int, dest: Path) -> Path:
-    source = TRACES / name
-    if not source.is_file():
-        pytest.skip(f"{source} not found")
-    with source.open(encoding="utf-8") as f:
-        lines = [next(f) for _ in range(rows + 1)]
-    out = dest / name
-    out.write_text("".join(lines), encoding="utf-8")
-    return out
+def _shipped(name: str) -> Path:
+    path = TRACES / name
+    # A missing slice is a broken checkout, not a reason to skip: fail loudly.
+    assert path.is_file(), f"{path} is missing; it is part of the repository (tests/data/traces/README.md)"
+    return path
 
 
 @pytest.fixture
-def philly_slice(tmp_path: Path) -> Path:
+def philly_slice() -> Path:
     """The header and first 300 jobs of philly.csv."""
-    return _slice("philly.csv", 300, tmp_path)
+    return _shipped("philly_head300.csv")
 
 
 @pytest.fixture
-def openb_pods_slice(tmp_path: Path) -> Path:
+def openb_pods_slice() -> Path:
     """The header and first 400 tasks of openb_pod_list_default.csv."""
-    return _slice("openb_pod_list_default.csv", 400, tmp_path)
+    return _shipped("openb_pod_list_default_head400.csv")
 
 
 @pytest.fixture
-def openb_nodes_slice(tmp_path: Path) -> Path:
+def openb_nodes_slice() -> Path:
     """The header and first 60 GPU nodes of openb_node_list_gpu_node.csv."""
-    return _slice("openb_node_list_gpu_node.csv", 60, tmp_path)
+    return _shipped("openb_node_list_gpu_node_head60.csv")

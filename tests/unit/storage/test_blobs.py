@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aicenter.core.errors import HashMismatch
-from aicenter.storage import BlobStore, hash_file
+from aicenter.storage import BlobStore, blobs, hash_file
 from tests.unit.storage.conftest import blob_names, sha
 
 
@@ -107,8 +107,39 @@ def test_iter_blobs_ignores_foreign_files(store: BlobStore) -> None:
     assert blob_names(store) == {h}
 
 
-def test_sync_flushes_once_and_is_a_noop_without_fsync(tmp_path: Path) -> None:
+def test_sync_flushes_the_store_filesystem_once_and_is_a_noop_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One syncfs(2) on a descriptor of the store's root per sync; sync(2) only where syncfs fails; neither
+    when the store was opened with fsync=False. The libc call is replaced by a recorder: what it flushes cannot
+    be observed from a test."""
+    synced: list[tuple[int, int]] = []  # (st_dev, st_ino) of the descriptor each syncfs got
+    full_syncs: list[None] = []
+    result = 0
+
+    def syncfs(fd: int) -> int:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino))
+        return result
+
+    monkeypatch.setattr(blobs, "_syncfs", syncfs)
+    monkeypatch.setattr(os, "sync", lambda: full_syncs.append(None))
+
     durable = BlobStore(tmp_path / "durable", fsync=True)
-    durable.put_bytes(b"x")
-    durable.sync()  # syncfs of the store's filesystem: must not raise
-    BlobStore(tmp_path / "scratch", fsync=False).sync()
+    for data in (b"x", b"y", b"z"):
+        durable.put_bytes(data)
+    assert synced == [], "put_bytes must not flush one blob at a time"
+    durable.sync()
+    root = durable.root.stat()
+    assert synced == [(root.st_dev, root.st_ino)]
+    assert full_syncs == []
+
+    result = -1  # syncfs missing or failed: fall back to sync(2), once
+    durable.sync()
+    assert len(synced) == 2
+    assert len(full_syncs) == 1
+
+    scratch = BlobStore(tmp_path / "scratch", fsync=False)
+    scratch.put_bytes(b"x")
+    scratch.sync()
+    assert (len(synced), len(full_syncs)) == (2, 1)

@@ -182,7 +182,7 @@ async def transition_many(
     The same guarantees: the change is checked against the table, the status write is guarded by the status
     read (one ``UPDATE ... WHERE id IN (...) AND status = <from>``), and the events go in as one multi-row
     insert. The reconciler starts a claimed batch of scheduled jobs with it: per-job transitions held SQLite's
-    write lock ~9 statements per job, 200 of them serialized behind each other (issue 5).
+    write lock ~9 statements per job, 200 of them serialized behind each other.
 
     All or nothing: when any of the jobs changed meanwhile, nothing is written and ``InvalidTransition`` is
     raised (the caller's transaction is then rolled back). Jobs already in ``to`` are skipped, as in

@@ -1,4 +1,4 @@
-"""The job spec: the issue's example, normalization, and every kind of bad input with its exact field."""
+"""The job spec: a full example spec, normalization, and every kind of bad input with its exact field."""
 
 from __future__ import annotations
 

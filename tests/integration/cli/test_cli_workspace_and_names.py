@@ -6,8 +6,8 @@ import json
 import tomllib
 from pathlib import Path
 
-from tests.unit.cli.conftest import Run
-from tests.unit.cli.test_cli import as_json, one_error_line
+from tests.integration.cli.conftest import Run
+from tests.integration.cli.test_cli import as_json, one_error_line
 
 SPEC = """\
 name: {name}

@@ -1,4 +1,4 @@
-"""Issue 5's "done when", end to end on a real ``aicenter up``, once on SQLite and once on PostgreSQL.
+"""A distributed training job end to end on a real ``aicenter up``, once on SQLite and once on PostgreSQL.
 
 alice, a member of workspace vision, pushes a DDP training script and a small dataset with the CLI, submits a
 2-replica PyTorch job (gloo on CPU) with ``aicenter job submit``, follows its log live with ``aicenter job logs
@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, _executable, clean_env
-from tests.e2e.test_catalog_done_when import _person, pg_url  # noqa: F401  (pg_url: a fixture used here)
+from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
+from tests.support.servers import clean_env, executable
 
 pytest.importorskip("torch")  # in the test extras; CI installs it
 
@@ -157,7 +157,7 @@ class Follower:
 
     def __init__(self, cli: Cli, job_id: int) -> None:
         self.proc = subprocess.Popen(
-            [_executable("aicenter"), "job", "logs", str(job_id), "-f"],
+            [executable("aicenter"), "job", "logs", str(job_id), "-f"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -242,15 +242,17 @@ def _status_record(home: Path, job_id: int, attempt: int, replica: str) -> dict[
 # -- the scenario ------------------------------------------------------------------------------------------------
 
 
-def test_jobs_done_when(jobs_server: Server, tmp_path: Path, browser_page: Any) -> None:
+def test_ddp_job_resumes_from_its_checkpoint_and_registers_its_model(
+    jobs_server: Server, tmp_path: Path, browser_page: Any
+) -> None:
     server = jobs_server
 
     # alice is a member (not an admin) of workspace vision.
-    admin = _person(tmp_path, server, "admin", ADMIN_PASSWORD)
+    admin = signed_in(tmp_path, server, "admin", ADMIN_PASSWORD)
     admin.run("user", "create", "alice", "--password-stdin", stdin="alice-Passw0rd-1\n")
     admin.run("workspace", "create", "vision")
     admin.run("member", "add", "alice", "--workspace", "vision")
-    alice = _person(tmp_path, server, "alice", "alice-Passw0rd-1")
+    alice = signed_in(tmp_path, server, "alice", "alice-Passw0rd-1")
 
     # She pushes her training script and a small dataset.
     code = tmp_path / "ddp-train"

@@ -1,12 +1,15 @@
 """``aicenter up`` as a real process: first start prints the admin password once, restarts keep the data,
-SIGINT and SIGTERM exit 0. Start-up time is measured by bench-style scripts, never asserted here."""
+SIGINT and SIGTERM exit 0. Start-up time is measured by bench-style scripts, never asserted here.
+
+The first-start test runs on the defaults a user gets, production password hashing included (the admin's
+stored hash is checked for its parameters); the others use the cheap profile of tests/support/settings.py.
+"""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +19,8 @@ import httpx
 import pytest
 
 from aicenter.client import Client
+from tests.support.servers import clean_env, free_port
+from tests.support.settings import FAST_HASHING_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -23,24 +28,17 @@ READY = re.compile(r"aicenter is ready at (http://\S+) \(console\)")
 PASSWORD = re.compile(r"Created platform admin 'admin' with password: (\S+)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Up:
     """One ``aicenter up`` process; collects its output until it is ready."""
 
-    def __init__(self, home: Path, *extra: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AICENTER_")}
+    def __init__(self, home: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aicenter.cli", "up", "--home", str(home), "--port", str(self.port), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=env,
+            env=clean_env(**(env or {})),
         )
         self.lines: list[str] = []
         deadline = time.monotonic() + 60
@@ -90,10 +88,13 @@ def test_first_start_prints_password_once_and_restarts_keep_data(tmp_path: Path)
     assert "password" not in output
     assert "Traceback" not in output
     assert (home / "aicenter.db").exists()
+    with sqlite3.connect(home / "aicenter.db") as db:
+        (stored,) = db.execute("SELECT password_hash FROM users WHERE username = 'admin'").fetchone()
+    assert stored.startswith("$argon2id$v=19$m=65536,t=3,p=4$"), "the default is not production hashing"
 
 
 def test_workers_share_the_port(tmp_path: Path) -> None:
-    up = Up(tmp_path / "home", "--workers", "2")
+    up = Up(tmp_path / "home", "--workers", "2", env=FAST_HASHING_ENV)
     output = "\n".join(up.lines)
     assert PASSWORD.search(output), output
     assert output.count("Created platform admin") == 1

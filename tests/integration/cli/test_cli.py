@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from aicenter import __version__
-from tests.unit.cli.conftest import Run
-from tests.unit.cli.live_server import ADMIN_PASSWORD
+from tests.integration.cli.conftest import Run
+from tests.support.settings import ADMIN_PASSWORD
 
 
 def one_error_line(result: object, code: str) -> str:

@@ -1,5 +1,5 @@
-"""Issue 2's "done when", end to end: the admin sets things up in the console (headless Chromium), and a member
-logs in with the CLI and lists the specs they may use."""
+"""A platform's first workspace, end to end: the admin sets things up in the console (headless Chromium), and a
+member logs in with the CLI and lists the specs they may use."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 4's "done when", end to end on a real ``aicenter up``, once on SQLite and once on PostgreSQL.
+"""The catalog end to end on a real ``aicenter up``, once on SQLite and once on PostgreSQL.
 
 A member pushes a dataset directory and an algorithm and shares the dataset with the workspace; another member
 copies it and pulls it bit-identical; the admin publishes a preset dataset (a server-side import) and a preset
@@ -12,25 +12,21 @@ command (polling a build, the raw content routes).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import random
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 
 from aicenter.client import Client
-from tests.conftest import PG_ADMIN_DSN, _pg_available
-from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
+from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,27 +60,6 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheels
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A throwaway PostgreSQL database for one server; dropped (with its connections) afterwards."""
-    if not _pg_available():
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    name = f"aicenter_e2e_{uuid.uuid4().hex[:10]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(PG_ADMIN_DSN)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://") + f"/{name}"
-    finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def catalog_server(request: pytest.FixtureRequest, tmp_path: Path, wheelhouse: Path) -> Iterator[Server]:
     """``aicenter up`` with an import root, offline pip arguments and small upload parts, on either database."""
@@ -106,16 +81,6 @@ def catalog_server(request: pytest.FixtureRequest, tmp_path: Path, wheelhouse: P
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
-
-
-def _person(tmp_path: Path, server: Server, username: str, password: str) -> Cli:
-    """A signed-in ``aicenter`` CLI with its own home."""
-    home = tmp_path / f"cli-{username}"
-    home.mkdir()
-    cli = Cli(home)
-    login = cli.run("login", "--server", server.url, "--username", username, "--password-stdin", stdin=password + "\n")
-    assert username in login.stdout
-    return cli
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -172,11 +137,13 @@ def _content_requests(kind_plural: str, item_id: int, number: int, path: str) ->
 # -- the scenario ----------------------------------------------------------------------------------------------
 
 
-def test_catalog_done_when(catalog_server: Server, tmp_path: Path) -> None:
+def test_members_share_datasets_and_admins_publish_presets_through_the_cli(
+    catalog_server: Server, tmp_path: Path
+) -> None:
     server = catalog_server
 
     # 1. The admin creates alice and bob and the workspace vision with both (and not the admin) as members.
-    admin = _person(tmp_path, server, "admin", ADMIN_PASSWORD)
+    admin = signed_in(tmp_path, server, "admin", ADMIN_PASSWORD)
     for user in ("alice", "bob"):
         admin.run("user", "create", user, "--password-stdin", stdin=f"{user}-Passw0rd-1\n")
     # alice is its workspace admin: created without --admin, the platform admin would be a member of it.
@@ -184,8 +151,8 @@ def test_catalog_done_when(catalog_server: Server, tmp_path: Path) -> None:
     admin.run("member", "add", "bob", "--workspace", "vision")
     members = {m["username"] for m in admin.json("member", "list", "--workspace", "vision")}
     assert members == {"alice", "bob"}, members
-    alice = _person(tmp_path, server, "alice", "alice-Passw0rd-1")
-    bob = _person(tmp_path, server, "bob", "bob-Passw0rd-1")
+    alice = signed_in(tmp_path, server, "alice", "alice-Passw0rd-1")
+    bob = signed_in(tmp_path, server, "bob", "bob-Passw0rd-1")
 
     # 4/5 start early: the admin publishes a preset venv image built from a requirements list, which builds
     # in the background while the datasets move.

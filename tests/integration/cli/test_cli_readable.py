@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.cli.conftest import Run
-from tests.unit.cli.live_server import live_server
-from tests.unit.cli.test_cli import as_json
+from tests.integration.cli.conftest import Run
+from tests.integration.cli.test_cli import as_json
+from tests.support.servers import live_server
 
 
 @pytest.fixture(scope="module")

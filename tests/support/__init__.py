@@ -1,0 +1,1 @@
+"""Helpers shared by every test folder: PostgreSQL test databases, test settings and live servers."""
