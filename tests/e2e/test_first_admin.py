@@ -138,7 +138,8 @@ def database_env(request: pytest.FixtureRequest) -> dict[str, str]:
 def test_reset_password_on_the_servers_database_signs_the_admin_in_again(
     tmp_path: Path, cli: Cli, database_env: dict[str, str]
 ) -> None:
-    server = Server(tmp_path / "home", env=database_env).start()
+    # No token cache: the revocation is checked at once, not within AICENTER_TOKEN_CACHE_S (2 s by default).
+    server = Server(tmp_path / "home", env={**database_env, "AICENTER_TOKEN_CACHE_S": "0"}).start()
     try:
         cli.run("login", "--server", server.url, "--username", "admin", "--password-stdin", stdin=ADMIN_PASSWORD)
         assert cli.run("whoami").returncode == 0
