@@ -6,6 +6,7 @@ from fastapi import APIRouter, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.inventory import AcceleratorTypeCreate, AcceleratorTypeOut, AcceleratorTypeUpdate
 from aicenter.services import inventory
@@ -36,14 +37,14 @@ async def create_accelerator_type(
 
 @router.get("/{accelerator_type_id}", openapi_extra=access(Access.USER))
 async def get_accelerator_type(
-    accelerator_type_id: int, actor: CurrentActor, session: ReadSession
+    accelerator_type_id: Id, actor: CurrentActor, session: ReadSession
 ) -> AcceleratorTypeOut:
     return AcceleratorTypeOut.model_validate(await inventory.get_accelerator_type(session, actor, accelerator_type_id))
 
 
 @router.patch("/{accelerator_type_id}", openapi_extra=access(Access.ADMIN))
 async def update_accelerator_type(
-    accelerator_type_id: int, body: AcceleratorTypeUpdate, actor: CurrentActor, session: WriteSession
+    accelerator_type_id: Id, body: AcceleratorTypeUpdate, actor: CurrentActor, session: WriteSession
 ) -> AcceleratorTypeOut:
     """Change a type. Renaming a type that nodes, specs or quotas use is refused (409)."""
     row = await inventory.update_accelerator_type(session, actor, accelerator_type_id, **body.changes())
@@ -51,6 +52,6 @@ async def update_accelerator_type(
 
 
 @router.delete("/{accelerator_type_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.ADMIN))
-async def delete_accelerator_type(accelerator_type_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_accelerator_type(accelerator_type_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Delete a type; 409 naming the nodes, specs or quotas that still use it."""
     await inventory.delete_accelerator_type(session, actor, accelerator_type_id)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.audit import AuditEventOut
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.services import audit
@@ -30,7 +31,7 @@ async def list_audit_events(
     ] = None,
     target_type: Annotated[str | None, Query(max_length=32, description="e.g. user, workspace, quota.")] = None,
     target_id: Annotated[str | None, Query(max_length=64)] = None,
-    workspace_id: int | None = None,
+    workspace_id: Id | None = None,
     since: Annotated[datetime | None, Query(description="Events at or after this time (ISO-8601).")] = None,
     until: Annotated[datetime | None, Query(description="Events before this time (ISO-8601).")] = None,
 ) -> Page[AuditEventOut]:

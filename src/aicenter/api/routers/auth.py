@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, ReadSession, WriteSession, client_address
+from aicenter.api.params import Id
 from aicenter.api.schemas.auth import LoginRequest, LoginResponse, TokenCreate, TokenCreated, TokenOut, UserOut
 from aicenter.api.schemas.common import ERROR_RESPONSES
 from aicenter.core.errors import AicenterError
@@ -64,6 +65,6 @@ async def create_token(body: TokenCreate, actor: CurrentActor, session: WriteSes
 @router.delete(
     "/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT, tags=["tokens"], openapi_extra=access(Access.USER)
 )
-async def revoke_token(token_id: int, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> None:
+async def revoke_token(token_id: Id, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> None:
     await auth.revoke_token(session, actor, token_id)
     ctx.tokens.forget(token_id)

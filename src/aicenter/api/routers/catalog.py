@@ -19,6 +19,7 @@ from starlette.concurrency import iterate_in_threadpool
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.catalog import (
     ArchiveRequest,
     BuildOut,
@@ -92,7 +93,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         scope: Annotated[
             Scope, Query(description="mine, workspace (shared with my workspaces), public, preset, all (admins).")
         ] = Scope.MINE,
-        workspace_id: Annotated[int | None, Query(description="With scope=workspace: only this workspace.")] = None,
+        workspace_id: Annotated[Id | None, Query(description="With scope=workspace: only this workspace.")] = None,
         q: Annotated[str | None, Query(max_length=256, description="Substring of name or description.")] = None,
         tag: Annotated[str | None, Query(max_length=64, description="Only items carrying this tag.")] = None,
         sort: Annotated[Sort, Query(description="Order; a leading - is descending.")] = "-updated_at",
@@ -127,11 +128,11 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         return ItemOut.of(view)
 
     @router.get("/{item_id}", openapi_extra=access(Access.USER), summary=f"Get a {noun}")
-    async def get_item(item_id: int, actor: CurrentActor, session: ReadSession) -> ItemOut:
+    async def get_item(item_id: Id, actor: CurrentActor, session: ReadSession) -> ItemOut:
         return ItemOut.of(await catalog.get_item(session, actor, kind, item_id))
 
     @router.patch("/{item_id}", openapi_extra=access(Access.USER), summary=f"Update a {noun}")
-    async def update_item(item_id: int, body: ItemUpdate, actor: CurrentActor, session: WriteSession) -> ItemOut:
+    async def update_item(item_id: Id, body: ItemUpdate, actor: CurrentActor, session: WriteSession) -> ItemOut:
         return ItemOut.of(await catalog.update_item(session, actor, kind, item_id, **body.changes()))
 
     @router.delete(
@@ -140,16 +141,14 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         openapi_extra=access(Access.USER),
         summary=f"Delete a {noun}",
     )
-    async def delete_item(item_id: int, actor: CurrentActor, session: WriteSession) -> None:
+    async def delete_item(item_id: Id, actor: CurrentActor, session: WriteSession) -> None:
         """Delete the item and its versions; 409 in_use while a job or service uses one of them."""
         await catalog.delete_item(session, actor, kind, item_id)
 
     # --- versions ------------------------------------------------------------------------------------------
 
     @router.get("/{item_id}/versions", openapi_extra=access(Access.USER), summary=f"List versions of a {noun}")
-    async def list_versions(
-        item_id: int, actor: CurrentActor, session: ReadSession, paging: Paging
-    ) -> Page[VersionOut]:
+    async def list_versions(item_id: Id, actor: CurrentActor, session: ReadSession, paging: Paging) -> Page[VersionOut]:
         """The versions you can see, newest first."""
         page = await catalog.list_versions(session, actor, kind, item_id, limit=paging.limit, cursor=paging.cursor)
         return Page(items=[VersionOut.of(v) for v in page.items], next_cursor=page.next_cursor)
@@ -161,7 +160,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Create a {noun} version without files",
     )
     async def create_version(
-        item_id: int, body: VersionCreate, actor: CurrentActor, session: WriteSession
+        item_id: Id, body: VersionCreate, actor: CurrentActor, session: WriteSession
     ) -> VersionOut:
         """A version without files: for images the build spec (a venv spec queues a build); versions with files
         come from uploads."""
@@ -171,12 +170,12 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         return VersionOut.of(view)
 
     @router.get("/{item_id}/versions/{number}", openapi_extra=access(Access.USER), summary=f"Get a {noun} version")
-    async def get_version(item_id: int, number: int, actor: CurrentActor, session: ReadSession) -> VersionOut:
+    async def get_version(item_id: Id, number: Id, actor: CurrentActor, session: ReadSession) -> VersionOut:
         return VersionOut.of(await catalog.get_version(session, actor, kind, item_id, number))
 
     @router.patch("/{item_id}/versions/{number}", openapi_extra=access(Access.USER), summary=f"Update a {noun} version")
     async def update_version(
-        item_id: int, number: int, body: VersionUpdate, actor: CurrentActor, session: WriteSession
+        item_id: Id, number: Id, body: VersionUpdate, actor: CurrentActor, session: WriteSession
     ) -> VersionOut:
         """Description and metadata only: a version's files never change."""
         return VersionOut.of(await catalog.update_version(session, actor, kind, item_id, number, **body.changes()))
@@ -187,7 +186,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         openapi_extra=access(Access.USER),
         summary=f"Delete a {noun} version",
     )
-    async def delete_version(item_id: int, number: int, actor: CurrentActor, session: WriteSession) -> None:
+    async def delete_version(item_id: Id, number: Id, actor: CurrentActor, session: WriteSession) -> None:
         """409 in_use while a job or service uses the version."""
         await catalog.delete_version(session, actor, kind, item_id, number)
 
@@ -195,7 +194,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         "/{item_id}/versions/{number}/share", openapi_extra=access(Access.USER), summary=f"Share a {noun} version"
     )
     async def share_version(
-        item_id: int, number: int, body: ShareIn, actor: CurrentActor, session: WriteSession
+        item_id: Id, number: Id, body: ShareIn, actor: CurrentActor, session: WriteSession
     ) -> VersionOut:
         """Share with a workspace you are a member of (default: the item's) or with everyone (public)."""
         view = await catalog.share_version(
@@ -214,7 +213,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         openapi_extra=access(Access.USER),
         summary=f"Make a {noun} version private again",
     )
-    async def unshare_version(item_id: int, number: int, actor: CurrentActor, session: WriteSession) -> VersionOut:
+    async def unshare_version(item_id: Id, number: Id, actor: CurrentActor, session: WriteSession) -> VersionOut:
         return VersionOut.of(await catalog.unshare_version(session, actor, kind, item_id, number))
 
     @router.post(
@@ -224,7 +223,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Copy a {noun} version into your own item",
     )
     async def copy_version(
-        item_id: int, number: int, body: CopyIn, actor: CurrentActor, session: WriteSession
+        item_id: Id, number: Id, body: CopyIn, actor: CurrentActor, session: WriteSession
     ) -> VersionOut:
         """A new private version of your item (created if missing) with the same files; no bytes are copied,
         but the copy counts against the storage quota in full."""
@@ -248,8 +247,8 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"List the files of a {noun} version",
     )
     async def list_files(
-        item_id: int,
-        number: int,
+        item_id: Id,
+        number: Id,
         actor: CurrentActor,
         session: ReadSession,
         prefix: Annotated[str | None, Query(max_length=1024, description="Only paths starting with this.")] = None,
@@ -269,7 +268,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Download a file of a {noun} version",
     )
     async def download_file(
-        item_id: int, number: int, path: str, actor: CurrentActor, session: ReadSession, ctx: Ctx
+        item_id: Id, number: Id, path: str, actor: CurrentActor, session: ReadSession, ctx: Ctx
     ) -> FileResponse:
         """The file's bytes. Supports ``Range: bytes=a-b`` (206 with Content-Range; 416 beyond the end) and
         ``If-Range`` with the ETag, which is the file's sha256, so an interrupted download resumes safely."""
@@ -292,7 +291,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Download a {noun} version as a tar",
     )
     async def get_archive(
-        item_id: int, number: int, actor: CurrentActor, session: ReadSession, ctx: Ctx
+        item_id: Id, number: Id, actor: CurrentActor, session: ReadSession, ctx: Ctx
     ) -> StreamingResponse:
         version = await catalog.get_version(session, actor, kind, item_id, number)
         entries = await catalog.archive_entries(session, actor, kind, item_id, number)
@@ -306,7 +305,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Download some files of a {noun} version as a tar",
     )
     async def post_archive(
-        item_id: int, number: int, body: ArchiveRequest, actor: CurrentActor, session: ReadSession, ctx: Ctx
+        item_id: Id, number: Id, body: ArchiveRequest, actor: CurrentActor, session: ReadSession, ctx: Ctx
     ) -> StreamingResponse:
         """A tar of the paths listed (default: every file); an unknown path is a 404 before anything is sent."""
         version = await catalog.get_version(session, actor, kind, item_id, number)
@@ -319,7 +318,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Preview a file of a {noun} version",
     )
     async def preview_file(
-        item_id: int, number: int, path: str, actor: CurrentActor, session: ReadSession, ctx: Ctx
+        item_id: Id, number: Id, path: str, actor: CurrentActor, session: ReadSession, ctx: Ctx
     ) -> PreviewOut:
         """The head of a text file, the first rows of a CSV, or the media type of an image."""
         preview = await catalog.preview(session, actor, ctx.store, kind, item_id, number, path)
@@ -334,7 +333,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         summary=f"Start an upload of a new {noun} version",
     )
     async def start_upload(
-        item_id: int, body: UploadCreate, actor: CurrentActor, session: WriteSession, ctx: Ctx
+        item_id: Id, body: UploadCreate, actor: CurrentActor, session: WriteSession, ctx: Ctx
     ) -> UploadOut:
         """Declare the files; the answer's ``needed`` lists those whose bytes must be sent (files already in the
         store are not). Send them as parts or bundles under /uploads/{upload_id}, then commit."""
@@ -358,7 +357,7 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         openapi_extra=access(Access.ADMIN),
         summary=f"Import a server directory as a preset {noun} version",
     )
-    async def import_directory(item_id: int, body: ImportIn, actor: CurrentActor, ctx: Ctx) -> VersionOut:
+    async def import_directory(item_id: Id, body: ImportIn, actor: CurrentActor, ctx: Ctx) -> VersionOut:
         """Platform admins: a directory under one of the server's import roots becomes a version of a preset item."""
         # No request session: the import copies files into the store and manages its own transactions.
         view = await catalog.import_directory(
@@ -381,14 +380,14 @@ def catalog_router(kind: ItemKind) -> APIRouter:
 
 def _add_build_routes(router: APIRouter) -> None:
     @router.get("/{item_id}/versions/{number}/build", openapi_extra=access(Access.USER), summary="Get an image build")
-    async def get_build(item_id: int, number: int, actor: CurrentActor, session: ReadSession, ctx: Ctx) -> BuildOut:
+    async def get_build(item_id: Id, number: Id, actor: CurrentActor, session: ReadSession, ctx: Ctx) -> BuildOut:
         """The build state of a venv image version and the end of its log."""
         return BuildOut.of(await catalog.get_build(session, actor, ctx.store, item_id, number))
 
     @router.post(
         "/{item_id}/versions/{number}/build", openapi_extra=access(Access.USER), summary="Retry a failed image build"
     )
-    async def rebuild(item_id: int, number: int, actor: CurrentActor, session: WriteSession) -> BuildOut:
+    async def rebuild(item_id: Id, number: Id, actor: CurrentActor, session: WriteSession) -> BuildOut:
         return BuildOut.of(await catalog.rebuild(session, actor, item_id, number))
 
 

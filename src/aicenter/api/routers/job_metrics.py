@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, ReadSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES
 from aicenter.api.schemas.job_metrics import JobMetricsOut
 from aicenter.services import jobs
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONS
 
 @router.get("/{job_id}/metrics", openapi_extra=access(Access.USER))
 async def job_metrics(
-    job_id: int,
+    job_id: Id,
     actor: CurrentActor,
     session: ReadSession,
     ctx: Ctx,

@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.jobs import (
     JobDetail,
@@ -49,7 +50,7 @@ async def list_jobs(
     actor: CurrentActor,
     session: ReadSession,
     paging: Paging,
-    workspace_id: int | None = None,
+    workspace_id: Id | None = None,
     status_: Annotated[
         str | None, Query(alias="status", description="A status, or several separated by commas.")
     ] = None,
@@ -73,43 +74,43 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", openapi_extra=access(Access.USER))
-async def get_job(job_id: int, actor: CurrentActor, session: ReadSession) -> JobDetail:
+async def get_job(job_id: Id, actor: CurrentActor, session: ReadSession) -> JobDetail:
     """The job with its replicas (node, devices, machine time) and its events."""
     return JobDetail.from_view(await jobs.get_job(session, actor, job_id))
 
 
 @router.get("/{job_id}/events", openapi_extra=access(Access.USER))
-async def list_events(job_id: int, actor: CurrentActor, session: ReadSession) -> list[JobEventOut]:
+async def list_events(job_id: Id, actor: CurrentActor, session: ReadSession) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in await jobs.list_events(session, actor, job_id)]
 
 
 @router.get("/{job_id}/replicas", openapi_extra=access(Access.USER))
-async def list_replicas(job_id: int, actor: CurrentActor, session: ReadSession) -> list[ReplicaOut]:
+async def list_replicas(job_id: Id, actor: CurrentActor, session: ReadSession) -> list[ReplicaOut]:
     return [ReplicaOut.model_validate(r) for r in await jobs.list_replicas(session, actor, job_id)]
 
 
 @router.post("/{job_id}/stop", openapi_extra=access(Access.USER))
-async def stop_job(job_id: int, actor: CurrentActor, session: WriteSession) -> JobOut:
+async def stop_job(job_id: Id, actor: CurrentActor, session: WriteSession) -> JobOut:
     """Stop the job (its owner or a workspace admin). A running job is stopped gracefully by the reconciler:
     SIGTERM, a grace period to checkpoint, then SIGKILL."""
     return JobOut.from_view(await jobs.stop_job(session, actor, job_id))
 
 
 @router.post("/{job_id}/force-stop", openapi_extra=access(Access.ADMIN))
-async def force_stop(job_id: int, actor: CurrentActor, session: WriteSession) -> JobOut:
+async def force_stop(job_id: Id, actor: CurrentActor, session: WriteSession) -> JobOut:
     """Stop any job (platform admins); it ends with reason stopped_by_admin."""
     return JobOut.from_view(await jobs.force_stop(session, actor, job_id))
 
 
 @router.post("/{job_id}/resubmit", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
-async def resubmit_job(job_id: int, body: JobResubmit, actor: CurrentActor, session: WriteSession) -> JobOut:
+async def resubmit_job(job_id: Id, body: JobResubmit, actor: CurrentActor, session: WriteSession) -> JobOut:
     """A new job from this job's spec, with overrides."""
     return JobOut.from_view(await jobs.resubmit_job(session, actor, job_id, body.overrides))
 
 
 @router.post("/{job_id}/template", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
 async def save_as_template(
-    job_id: int, body: TemplateFromJob, actor: CurrentActor, session: WriteSession
+    job_id: Id, body: TemplateFromJob, actor: CurrentActor, session: WriteSession
 ) -> TemplateOut:
     """Save this job's spec as a template of its workspace."""
     view = await jobs.create_template_from_job(session, actor, job_id, name=body.name, description=body.description)
@@ -117,7 +118,7 @@ async def save_as_template(
 
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
-async def delete_job(job_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_job(job_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Delete a finished job (409 while it runs)."""
     await jobs.delete_job(session, actor, job_id)
 
@@ -135,7 +136,7 @@ _Since = Annotated[int, Query(ge=0, description="Byte offset in the replica's ou
     responses={200: {"content": {_TEXT: {}}, "description": "The replica's output, one timestamped line each."}},
 )
 async def job_logs(
-    job_id: int,
+    job_id: Id,
     actor: CurrentActor,
     session: ReadSession,
     task: _LogTask = None,
@@ -177,7 +178,7 @@ async def _sse(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes
     responses={200: {"content": {"text/event-stream": {}}, "description": "Output lines as server-sent events."}},
 )
 async def job_logs_stream(
-    job_id: int,
+    job_id: Id,
     request: Request,
     ctx: Ctx,
     actor: CurrentActor,
@@ -201,7 +202,7 @@ async def job_logs_stream(
 
 @templates_router.get("", openapi_extra=access(Access.USER))
 async def list_templates(
-    actor: CurrentActor, session: ReadSession, paging: Paging, workspace_id: int | None = None
+    actor: CurrentActor, session: ReadSession, paging: Paging, workspace_id: Id | None = None
 ) -> Page[TemplateOut]:
     """Templates of your workspaces, newest first (platform admins: every workspace's)."""
     page = await jobs.list_templates(
@@ -219,13 +220,13 @@ async def create_template(body: TemplateCreate, actor: CurrentActor, session: Wr
 
 
 @templates_router.get("/{template_id}", openapi_extra=access(Access.USER))
-async def get_template(template_id: int, actor: CurrentActor, session: ReadSession) -> TemplateOut:
+async def get_template(template_id: Id, actor: CurrentActor, session: ReadSession) -> TemplateOut:
     return TemplateOut.from_view(await jobs.get_template(session, actor, template_id))
 
 
 @templates_router.patch("/{template_id}", openapi_extra=access(Access.USER))
 async def update_template(
-    template_id: int, body: TemplateUpdate, actor: CurrentActor, session: WriteSession
+    template_id: Id, body: TemplateUpdate, actor: CurrentActor, session: WriteSession
 ) -> TemplateOut:
     """Change a template (its author or the workspace's admins); the spec is checked again."""
     view = await jobs.update_template(session, actor, template_id, **body.model_dump(exclude_unset=True))
@@ -233,11 +234,11 @@ async def update_template(
 
 
 @templates_router.delete("/{template_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
-async def delete_template(template_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_template(template_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     await jobs.delete_template(session, actor, template_id)
 
 
 @templates_router.post("/{template_id}/submit", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
-async def submit_template(template_id: int, body: TemplateSubmit, actor: CurrentActor, session: WriteSession) -> JobOut:
+async def submit_template(template_id: Id, body: TemplateSubmit, actor: CurrentActor, session: WriteSession) -> JobOut:
     """Submit a job from the template, with overrides."""
     return JobOut.from_view(await jobs.submit_template(session, actor, template_id, body.overrides))

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.inventory import NodeCreate, NodeOut, NodeUpdate
 from aicenter.core.roles import NodeSchedule, NodeState
@@ -62,34 +63,34 @@ async def create_node(body: NodeCreate, actor: CurrentActor, session: WriteSessi
 
 
 @router.get("/{node_id}", openapi_extra=access(Access.ADMIN))
-async def get_node(node_id: int, actor: CurrentActor, session: ReadSession) -> NodeOut:
+async def get_node(node_id: Id, actor: CurrentActor, session: ReadSession) -> NodeOut:
     return NodeOut.of(await inventory.get_node(session, actor, node_id))
 
 
 @router.patch("/{node_id}", openapi_extra=access(Access.ADMIN))
-async def update_node(node_id: int, body: NodeUpdate, actor: CurrentActor, session: WriteSession) -> NodeOut:
+async def update_node(node_id: Id, body: NodeUpdate, actor: CurrentActor, session: WriteSession) -> NodeOut:
     return NodeOut.of(await inventory.update_node(session, actor, node_id, **body.changes()))
 
 
 @router.post("/{node_id}/cordon", openapi_extra=access(Access.ADMIN))
-async def cordon_node(node_id: int, actor: CurrentActor, session: WriteSession) -> NodeOut:
+async def cordon_node(node_id: Id, actor: CurrentActor, session: WriteSession) -> NodeOut:
     """No new work on the node; running work stays."""
     return NodeOut.of(await inventory.set_node_schedule(session, actor, node_id, NodeSchedule.CORDONED))
 
 
 @router.post("/{node_id}/drain", openapi_extra=access(Access.ADMIN))
-async def drain_node(node_id: int, actor: CurrentActor, session: WriteSession) -> NodeOut:
+async def drain_node(node_id: Id, actor: CurrentActor, session: WriteSession) -> NodeOut:
     """No new work on the node, and running work is asked to leave."""
     return NodeOut.of(await inventory.set_node_schedule(session, actor, node_id, NodeSchedule.DRAINING))
 
 
 @router.post("/{node_id}/uncordon", openapi_extra=access(Access.ADMIN))
-async def uncordon_node(node_id: int, actor: CurrentActor, session: WriteSession) -> NodeOut:
+async def uncordon_node(node_id: Id, actor: CurrentActor, session: WriteSession) -> NodeOut:
     """The node takes new work again."""
     return NodeOut.of(await inventory.set_node_schedule(session, actor, node_id, NodeSchedule.SCHEDULABLE))
 
 
 @router.delete("/{node_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.ADMIN))
-async def delete_node(node_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_node(node_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Forget a node. A host whose executor still runs registers itself again."""
     await inventory.delete_node(session, actor, node_id)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.inventory import SpecCreate, SpecOut, SpecUpdate
 from aicenter.services import inventory
@@ -20,7 +21,7 @@ async def list_specs(
     actor: CurrentActor,
     session: ReadSession,
     paging: Paging,
-    workspace_id: Annotated[int | None, Query(description="Only specs this workspace may use.")] = None,
+    workspace_id: Annotated[Id | None, Query(description="Only specs this workspace may use.")] = None,
     accelerator_type: str | None = None,
 ) -> Page[SpecOut]:
     """Platform admins see every spec; members the enabled specs usable in pools granted to their workspaces."""
@@ -42,16 +43,16 @@ async def create_spec(body: SpecCreate, actor: CurrentActor, session: WriteSessi
 
 
 @router.get("/{spec_id}", openapi_extra=access(Access.USER))
-async def get_spec(spec_id: int, actor: CurrentActor, session: ReadSession) -> SpecOut:
+async def get_spec(spec_id: Id, actor: CurrentActor, session: ReadSession) -> SpecOut:
     """A spec the caller may use (others read as 404)."""
     return SpecOut.model_validate(await inventory.get_spec(session, actor, spec_id))
 
 
 @router.patch("/{spec_id}", openapi_extra=access(Access.ADMIN))
-async def update_spec(spec_id: int, body: SpecUpdate, actor: CurrentActor, session: WriteSession) -> SpecOut:
+async def update_spec(spec_id: Id, body: SpecUpdate, actor: CurrentActor, session: WriteSession) -> SpecOut:
     return SpecOut.model_validate(await inventory.update_spec(session, actor, spec_id, **body.changes()))
 
 
 @router.delete("/{spec_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.ADMIN))
-async def delete_spec(spec_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_spec(spec_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     await inventory.delete_spec(session, actor, spec_id)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Header, Query, Request, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, ReadSession, WriteSession
+from aicenter.api.params import Id, Index
 from aicenter.api.schemas.catalog import BundleReceived, UploadOut, VersionOut
 from aicenter.api.schemas.common import ERROR_RESPONSES
 from aicenter.core.catalog import ItemKind
@@ -45,14 +46,14 @@ async def resolve(
             description='"name:3", "name" (latest ready), "owner/name:3", "preset/name:3" or "#<version id>".',
         ),
     ],
-    workspace_id: Annotated[int | None, Query(description="Prefer versions shared with this workspace.")] = None,
+    workspace_id: Annotated[Id | None, Query(description="Prefer versions shared with this workspace.")] = None,
 ) -> VersionOut:
     """The version a reference names, as jobs and the CLI write it."""
     return VersionOut.of(await catalog.resolve_version(session, actor, kind, ref, workspace_id=workspace_id))
 
 
 @router.get("/uploads/{upload_id}", tags=["uploads"], openapi_extra=access(Access.USER))
-async def get_upload(upload_id: int, actor: CurrentActor, session: ReadSession, ctx: Ctx) -> UploadOut:
+async def get_upload(upload_id: Id, actor: CurrentActor, session: ReadSession, ctx: Ctx) -> UploadOut:
     """An upload of yours, with the parts still missing: what a resumed transfer must send."""
     return UploadOut.of(await catalog.get_upload(session, actor, ctx.store, upload_id))
 
@@ -67,9 +68,9 @@ async def get_upload(upload_id: int, actor: CurrentActor, session: ReadSession, 
     },
 )
 async def put_part(
-    upload_id: int,
-    index: int,
-    part: int,
+    upload_id: Id,
+    index: Index,
+    part: Index,
     request: Request,
     actor: CurrentActor,
     ctx: Ctx,
@@ -101,7 +102,7 @@ async def put_part(
     },
 )
 async def post_bundle(
-    upload_id: int,
+    upload_id: Id,
     request: Request,
     actor: CurrentActor,
     ctx: Ctx,
@@ -124,7 +125,7 @@ async def post_bundle(
     tags=["uploads"],
     openapi_extra=access(Access.USER),
 )
-async def commit_upload(upload_id: int, actor: CurrentActor, ctx: Ctx) -> VersionOut:
+async def commit_upload(upload_id: Id, actor: CurrentActor, ctx: Ctx) -> VersionOut:
     """Turn the upload into a new version; 409 upload_incomplete (details.missing) while parts are missing.
     Retrying a commit that succeeded answers the same version."""
     # No request session: the commit hashes and moves files outside any transaction, then writes in one.
@@ -134,6 +135,6 @@ async def commit_upload(upload_id: int, actor: CurrentActor, ctx: Ctx) -> Versio
 @router.delete(
     "/uploads/{upload_id}", status_code=status.HTTP_204_NO_CONTENT, tags=["uploads"], openapi_extra=access(Access.USER)
 )
-async def abort_upload(upload_id: int, actor: CurrentActor, session: WriteSession, ctx: Ctx) -> None:
+async def abort_upload(upload_id: Id, actor: CurrentActor, session: WriteSession, ctx: Ctx) -> None:
     """Abandon the upload and drop what was received."""
     await catalog.abort_upload(session, actor, ctx.store, upload_id)

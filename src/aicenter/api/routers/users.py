@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.tenancy import (
     MeUpdate,
@@ -99,12 +100,12 @@ async def create_user(body: UserCreate, actor: CurrentActor, session: WriteSessi
 
 
 @router.get("/users/{user_id}", openapi_extra=access(Access.ADMIN))
-async def get_user(user_id: int, actor: CurrentActor, session: ReadSession) -> UserOut:
+async def get_user(user_id: Id, actor: CurrentActor, session: ReadSession) -> UserOut:
     return UserOut.model_validate(await tenancy.get_user(session, actor, user_id))
 
 
 @router.patch("/users/{user_id}", openapi_extra=access(Access.ADMIN))
-async def update_user(user_id: int, body: UserUpdate, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> UserOut:
+async def update_user(user_id: Id, body: UserUpdate, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> UserOut:
     """Change a user. A new password signs out their sessions and CLI logins."""
     user = await tenancy.update_user(
         session,
@@ -121,7 +122,7 @@ async def update_user(user_id: int, body: UserUpdate, actor: CurrentActor, ctx: 
 
 
 @router.post("/users/{user_id}/freeze", openapi_extra=access(Access.ADMIN))
-async def freeze_user(user_id: int, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> UserOut:
+async def freeze_user(user_id: Id, actor: CurrentActor, ctx: Ctx, session: WriteSession) -> UserOut:
     """Freeze a user: they cannot sign in or use tokens until thawed; their sessions are revoked."""
     user = await tenancy.freeze_user(session, actor, user_id)
     ctx.tokens.forget()
@@ -129,6 +130,6 @@ async def freeze_user(user_id: int, actor: CurrentActor, ctx: Ctx, session: Writ
 
 
 @router.post("/users/{user_id}/thaw", openapi_extra=access(Access.ADMIN))
-async def thaw_user(user_id: int, actor: CurrentActor, session: WriteSession) -> UserOut:
+async def thaw_user(user_id: Id, actor: CurrentActor, session: WriteSession) -> UserOut:
     """Let a frozen user sign in and use their API tokens again."""
     return UserOut.model_validate(await tenancy.thaw_user(session, actor, user_id))

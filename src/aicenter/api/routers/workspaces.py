@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.tenancy import (
     MemberAdd,
@@ -74,13 +75,13 @@ async def create_workspace(body: WorkspaceCreate, actor: CurrentActor, session: 
 
 
 @router.get("/workspaces/{workspace_id}", tags=["workspaces"], openapi_extra=access(Access.WORKSPACE))
-async def get_workspace(workspace_id: int, actor: CurrentActor, session: ReadSession) -> WorkspaceOut:
+async def get_workspace(workspace_id: Id, actor: CurrentActor, session: ReadSession) -> WorkspaceOut:
     return WorkspaceOut.model_validate(await tenancy.get_workspace(session, actor, workspace_id))
 
 
 @router.patch("/workspaces/{workspace_id}", tags=["workspaces"], openapi_extra=access(Access.WORKSPACE_ADMIN))
 async def update_workspace(
-    workspace_id: int, body: WorkspaceUpdate, actor: CurrentActor, session: WriteSession
+    workspace_id: Id, body: WorkspaceUpdate, actor: CurrentActor, session: WriteSession
 ) -> WorkspaceOut:
     """Rename the workspace or change its description."""
     workspace = await tenancy.update_workspace(
@@ -95,13 +96,13 @@ async def update_workspace(
     tags=["workspaces"],
     openapi_extra=access(Access.ADMIN),
 )
-async def delete_workspace(workspace_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_workspace(workspace_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Delete the workspace with its members, quotas and pool grants."""
     await tenancy.delete_workspace(session, actor, workspace_id)
 
 
 @router.get("/workspaces/{workspace_id}/members", tags=["members"], openapi_extra=access(Access.WORKSPACE))
-async def list_members(workspace_id: int, actor: CurrentActor, session: ReadSession, paging: Paging) -> Page[MemberOut]:
+async def list_members(workspace_id: Id, actor: CurrentActor, session: ReadSession, paging: Paging) -> Page[MemberOut]:
     page = await members.list_members(session, actor, workspace_id, limit=paging.limit, cursor=paging.cursor)
     return Page(items=[_member(m) for m in page.items], next_cursor=page.next_cursor)
 
@@ -112,7 +113,7 @@ async def list_members(workspace_id: int, actor: CurrentActor, session: ReadSess
     tags=["members"],
     openapi_extra=access(Access.WORKSPACE_ADMIN),
 )
-async def add_member(workspace_id: int, body: MemberAdd, actor: CurrentActor, session: WriteSession) -> MemberOut:
+async def add_member(workspace_id: Id, body: MemberAdd, actor: CurrentActor, session: WriteSession) -> MemberOut:
     """Add a user, by ``user_id`` or ``username``, with a role."""
     membership = await members.add_member(
         session, actor, workspace_id, user_id=body.user_id, username=body.username, role=body.role
@@ -124,7 +125,7 @@ async def add_member(workspace_id: int, body: MemberAdd, actor: CurrentActor, se
     "/workspaces/{workspace_id}/members/{user_id}", tags=["members"], openapi_extra=access(Access.WORKSPACE_ADMIN)
 )
 async def update_member(
-    workspace_id: int, user_id: int, body: MemberUpdate, actor: CurrentActor, session: WriteSession
+    workspace_id: Id, user_id: Id, body: MemberUpdate, actor: CurrentActor, session: WriteSession
 ) -> MemberOut:
     """Change a member's role. The last workspace admin cannot be demoted (409)."""
     return _member(await members.update_member(session, actor, workspace_id, user_id, role=body.role))
@@ -136,20 +137,20 @@ async def update_member(
     tags=["members"],
     openapi_extra=access(Access.WORKSPACE_ADMIN),
 )
-async def remove_member(workspace_id: int, user_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def remove_member(workspace_id: Id, user_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Remove a member. The last workspace admin cannot be removed (409)."""
     await members.remove_member(session, actor, workspace_id, user_id)
 
 
 @router.get("/workspaces/{workspace_id}/quotas", tags=["quotas"], openapi_extra=access(Access.WORKSPACE))
-async def list_quotas(workspace_id: int, actor: CurrentActor, session: ReadSession) -> list[QuotaOut]:
+async def list_quotas(workspace_id: Id, actor: CurrentActor, session: ReadSession) -> list[QuotaOut]:
     """The workspace's quota in each pool, with what it uses now."""
     return [_quota(v) for v in await quotas.list_quotas(session, actor, workspace_id)]
 
 
 @router.put("/workspaces/{workspace_id}/quotas/{pool_id}", tags=["quotas"], openapi_extra=access(Access.ADMIN))
 async def set_quota(
-    workspace_id: int, pool_id: int, body: QuotaSet, actor: CurrentActor, session: WriteSession
+    workspace_id: Id, pool_id: Id, body: QuotaSet, actor: CurrentActor, session: WriteSession
 ) -> QuotaOut:
     """Set the workspace's guaranteed and maximum resources in a pool, granting it the pool if needed."""
     view = await quotas.set_quota(
@@ -164,6 +165,6 @@ async def set_quota(
     tags=["quotas"],
     openapi_extra=access(Access.ADMIN),
 )
-async def delete_quota(workspace_id: int, pool_id: int, actor: CurrentActor, session: WriteSession) -> None:
+async def delete_quota(workspace_id: Id, pool_id: Id, actor: CurrentActor, session: WriteSession) -> None:
     """Remove the workspace's quota in a pool; the workspace may still use the pool."""
     await quotas.delete_quota(session, actor, workspace_id, pool_id)

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.services import auth, tenancy
 from aicenter.web.console import Console, Page, Post, redirect, render
@@ -138,7 +139,7 @@ async def create_token(post: Post) -> Response:
 
 
 @router.post("/tokens/{token_id:int}/revoke")
-async def revoke_token(token_id: int, post: Post) -> Response:
+async def revoke_token(token_id: Id, post: Post) -> Response:
     cx = post.cx
     async with cx.ctx.db.write() as session:
         token = await auth.revoke_token(session, cx.actor, token_id)

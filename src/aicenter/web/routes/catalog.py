@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from aicenter.api.params import Id
 from aicenter.core.catalog import (
     ITEM_META,
     ContainerImageVersionMeta,
@@ -318,12 +319,12 @@ async def _item(
 
 
 @each_kind("GET", "/{item_id:int}", on=router)
-async def item_page(kind: Kind, item_id: int, cx: Page) -> Response:
+async def item_page(kind: Kind, item_id: Id, cx: Page) -> Response:
     return await _item(cx, kind, item_id)
 
 
 @each_kind("POST", "/{item_id:int}", on=router)
-async def update_item(kind: Kind, item_id: int, post: Post) -> Response:
+async def update_item(kind: Kind, item_id: Id, post: Post) -> Response:
     cx = post.cx
     fields = ITEM_META_FIELDS[kind]
     try:
@@ -345,7 +346,7 @@ async def update_item(kind: Kind, item_id: int, post: Post) -> Response:
 
 
 @each_kind("POST", "/{item_id:int}/delete", on=router)
-async def delete_item(kind: Kind, item_id: int, post: Post) -> Response:
+async def delete_item(kind: Kind, item_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -357,7 +358,7 @@ async def delete_item(kind: Kind, item_id: int, post: Post) -> Response:
 
 
 @each_kind("POST", "/{item_id:int}/versions", on=router)
-async def create_version(kind: Kind, item_id: int, post: Post) -> Response:
+async def create_version(kind: Kind, item_id: Id, post: Post) -> Response:
     """A version without files: an image's build spec (a venv is then built; a container reference is ready)."""
     cx = post.cx
     fields: list[MetaField] = []

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
+from aicenter.api.params import Id
 from aicenter.core.catalog import ItemKind, Visibility
 from aicenter.core.errors import AicenterError, Forbidden, NotFound, ValidationFailed
 from aicenter.services import catalog
@@ -201,7 +202,7 @@ def _browse_url(kind: ItemKind, item_id: int, number: int, **query: str) -> str:
 
 
 @each_kind("GET", VERSION, on=router)
-async def version_page(kind: Kind, item_id: int, number: int, cx: Page) -> Response:
+async def version_page(kind: Kind, item_id: Id, number: Id, cx: Page) -> Response:
     return await _version(cx, kind, item_id, number)
 
 
@@ -209,7 +210,7 @@ async def version_page(kind: Kind, item_id: int, number: int, cx: Page) -> Respo
 
 
 @each_kind("POST", VERSION + "/share", on=router)
-async def share_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
+async def share_version(kind: Kind, item_id: Id, number: Id, post: Post) -> Response:
     cx = post.cx
     try:
         raw = post.get("visibility")
@@ -231,7 +232,7 @@ async def share_version(kind: Kind, item_id: int, number: int, post: Post) -> Re
 
 
 @each_kind("POST", VERSION + "/unshare", on=router)
-async def unshare_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
+async def unshare_version(kind: Kind, item_id: Id, number: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -242,7 +243,7 @@ async def unshare_version(kind: Kind, item_id: int, number: int, post: Post) -> 
 
 
 @each_kind("POST", VERSION + "/copy", on=router)
-async def copy_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
+async def copy_version(kind: Kind, item_id: Id, number: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -256,7 +257,7 @@ async def copy_version(kind: Kind, item_id: int, number: int, post: Post) -> Res
 
 
 @each_kind("POST", VERSION + "/delete", on=router)
-async def delete_version(kind: Kind, item_id: int, number: int, post: Post) -> Response:
+async def delete_version(kind: Kind, item_id: Id, number: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -299,7 +300,7 @@ async def _build(session: AsyncSession, cx: Console, item_id: int, number: int) 
 
 
 @router.get("/images/{item_id:int}/versions/{number:int}/build")
-async def build_fragment(item_id: int, number: int, cx: Page) -> Response:
+async def build_fragment(item_id: Id, number: Id, cx: Page) -> Response:
     """The build panel alone, for the page's script to swap in every 2 s while the build runs."""
     async with cx.ctx.db.read() as session:
         build = await _build(session, cx, item_id, number)
@@ -312,7 +313,7 @@ async def build_fragment(item_id: int, number: int, cx: Page) -> Response:
 
 
 @router.post("/images/{item_id:int}/versions/{number:int}/rebuild")
-async def rebuild(item_id: int, number: int, post: Post) -> Response:
+async def rebuild(item_id: Id, number: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:

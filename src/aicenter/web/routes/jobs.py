@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from aicenter.api.params import Id
 from aicenter.core.catalog import ItemKind, Scope, VersionState
 from aicenter.core.errors import AicenterError
 from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
@@ -302,12 +303,12 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
 
 
 @router.get("/jobs/{job_id:int}")
-async def job_page(job_id: int, cx: Page) -> Response:
+async def job_page(job_id: Id, cx: Page) -> Response:
     return await _detail(cx, job_id)
 
 
 @router.post("/jobs/{job_id:int}/stop")
-async def stop_job(job_id: int, post: Post) -> Response:
+async def stop_job(job_id: Id, post: Post) -> Response:
     cx = post.cx
     force = post.get("force") == "on" and cx.is_platform_admin
     try:

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 import aicenter.web.pickers as pickers
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, NotFound, ValidationFailed
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.services import inventory
@@ -141,12 +142,12 @@ async def _detail(cx: Console, node_id: int, *, forms: list[FormState] | None = 
 
 
 @router.get("/nodes/{node_id:int}")
-async def node_detail(node_id: int, cx: Page) -> Response:
+async def node_detail(node_id: Id, cx: Page) -> Response:
     return await _detail(cx, node_id)
 
 
 @router.post("/nodes/{node_id:int}")
-async def update_node(node_id: int, post: Post) -> Response:
+async def update_node(node_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -166,7 +167,7 @@ async def update_node(node_id: int, post: Post) -> Response:
 
 
 @router.post("/nodes/{node_id:int}/{action}")
-async def schedule_node(node_id: int, action: str, post: Post) -> Response:
+async def schedule_node(node_id: Id, action: str, post: Post) -> Response:
     """Cordon, drain or uncordon; ``next=/nodes`` returns to the list the button was on."""
     cx = post.cx
     if action == "delete":

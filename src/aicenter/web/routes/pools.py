@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.db.models import Workspace
 from aicenter.services import inventory, tenancy
@@ -77,12 +78,12 @@ async def _detail(cx: Console, pool_id: int, *, forms: list[FormState] | None = 
 
 
 @router.get("/pools/{pool_id:int}")
-async def pool_detail(pool_id: int, cx: Page) -> Response:
+async def pool_detail(pool_id: Id, cx: Page) -> Response:
     return await _detail(cx, pool_id)
 
 
 @router.post("/pools/{pool_id:int}")
-async def update_pool(pool_id: int, post: Post) -> Response:
+async def update_pool(pool_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         selector = parse_key_values(post.get("selector"), "selector")
@@ -103,7 +104,7 @@ async def update_pool(pool_id: int, post: Post) -> Response:
 
 
 @router.post("/pools/{pool_id:int}/delete")
-async def delete_pool(pool_id: int, post: Post) -> Response:
+async def delete_pool(pool_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -115,7 +116,7 @@ async def delete_pool(pool_id: int, post: Post) -> Response:
 
 
 @router.post("/pools/{pool_id:int}/workspaces")
-async def grant(pool_id: int, post: Post) -> Response:
+async def grant(pool_id: Id, post: Post) -> Response:
     """Let a workspace, named in the form, use this pool."""
     cx = post.cx
     name = post.get("workspace")
@@ -134,7 +135,7 @@ async def grant(pool_id: int, post: Post) -> Response:
 
 
 @router.post("/pools/{pool_id:int}/workspaces/{workspace_id:int}/revoke")
-async def revoke(pool_id: int, workspace_id: int, post: Post) -> Response:
+async def revoke(pool_id: Id, workspace_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 import aicenter.web.pickers as pickers
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError
 from aicenter.services import inventory
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
@@ -93,12 +94,12 @@ async def _type_detail(
 
 
 @router.get("/accelerator-types/{type_id:int}")
-async def type_detail(type_id: int, cx: Page) -> Response:
+async def type_detail(type_id: Id, cx: Page) -> Response:
     return await _type_detail(cx, type_id)
 
 
 @router.post("/accelerator-types/{type_id:int}")
-async def update_type(type_id: int, post: Post) -> Response:
+async def update_type(type_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -110,7 +111,7 @@ async def update_type(type_id: int, post: Post) -> Response:
 
 
 @router.post("/accelerator-types/{type_id:int}/delete")
-async def delete_type(type_id: int, post: Post) -> Response:
+async def delete_type(type_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -206,12 +207,12 @@ async def _spec_detail(
 
 
 @router.get("/specs/{spec_id:int}")
-async def spec_detail(spec_id: int, cx: Page) -> Response:
+async def spec_detail(spec_id: Id, cx: Page) -> Response:
     return await _spec_detail(cx, spec_id)
 
 
 @router.post("/specs/{spec_id:int}")
-async def update_spec(spec_id: int, post: Post) -> Response:
+async def update_spec(spec_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         fields = _spec_fields(post)
@@ -224,7 +225,7 @@ async def update_spec(spec_id: int, post: Post) -> Response:
 
 
 @router.post("/specs/{spec_id:int}/delete")
-async def delete_spec(spec_id: int, post: Post) -> Response:
+async def delete_spec(spec_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.roles import UserState
 from aicenter.services import tenancy
@@ -85,12 +86,12 @@ async def _detail(cx: Console, user_id: int, *, forms: list[FormState] | None = 
 
 
 @router.get("/users/{user_id:int}")
-async def user_detail(user_id: int, cx: Page) -> Response:
+async def user_detail(user_id: Id, cx: Page) -> Response:
     return await _detail(cx, user_id)
 
 
 @router.post("/users/{user_id:int}")
-async def update_user(user_id: int, post: Post) -> Response:
+async def update_user(user_id: Id, post: Post) -> Response:
     cx = post.cx
     password = post.secret("password")
     try:
@@ -114,7 +115,7 @@ async def update_user(user_id: int, post: Post) -> Response:
 
 
 @router.post("/users/{user_id:int}/freeze")
-async def freeze_user(user_id: int, post: Post) -> Response:
+async def freeze_user(user_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -126,7 +127,7 @@ async def freeze_user(user_id: int, post: Post) -> Response:
 
 
 @router.post("/users/{user_id:int}/thaw")
-async def thaw_user(user_id: int, post: Post) -> Response:
+async def thaw_user(user_id: Id, post: Post) -> Response:
     cx = post.cx
     async with cx.ctx.db.write() as session:
         user = await tenancy.thaw_user(session, cx.actor, user_id)

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 import aicenter.web.pickers as pickers
+from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.roles import WorkspaceRole
 from aicenter.services import members, quotas, tenancy
@@ -109,12 +110,12 @@ async def _detail(
 
 
 @router.get("/workspaces/{workspace_id:int}")
-async def workspace_detail(workspace_id: int, cx: Page) -> Response:
+async def workspace_detail(workspace_id: Id, cx: Page) -> Response:
     return await _detail(cx, workspace_id)
 
 
 @router.post("/workspaces/{workspace_id:int}")
-async def update_workspace(workspace_id: int, post: Post) -> Response:
+async def update_workspace(workspace_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -128,7 +129,7 @@ async def update_workspace(workspace_id: int, post: Post) -> Response:
 
 
 @router.post("/workspaces/{workspace_id:int}/delete")
-async def delete_workspace(workspace_id: int, post: Post) -> Response:
+async def delete_workspace(workspace_id: Id, post: Post) -> Response:
     cx = post.cx
     async with cx.ctx.db.write() as session:
         workspace = await tenancy.get_workspace(session, cx.actor, workspace_id)
@@ -141,7 +142,7 @@ async def delete_workspace(workspace_id: int, post: Post) -> Response:
 
 
 @router.post("/workspaces/{workspace_id:int}/members")
-async def add_member(workspace_id: int, post: Post) -> Response:
+async def add_member(workspace_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         role = _role(post.get("role") or WorkspaceRole.MEMBER.value)
@@ -158,7 +159,7 @@ async def add_member(workspace_id: int, post: Post) -> Response:
 
 
 @router.post("/workspaces/{workspace_id:int}/members/{user_id:int}")
-async def update_member(workspace_id: int, user_id: int, post: Post) -> Response:
+async def update_member(workspace_id: Id, user_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         role = _role(post.get("role"))
@@ -172,7 +173,7 @@ async def update_member(workspace_id: int, user_id: int, post: Post) -> Response
 
 
 @router.post("/workspaces/{workspace_id:int}/members/{user_id:int}/remove")
-async def remove_member(workspace_id: int, user_id: int, post: Post) -> Response:
+async def remove_member(workspace_id: Id, user_id: Id, post: Post) -> Response:
     cx = post.cx
     try:
         async with cx.ctx.db.write() as session:
@@ -195,7 +196,7 @@ def _resources(values: dict[str, str], prefix: str) -> dict[str, str]:
 
 
 @router.post("/workspaces/{workspace_id:int}/quotas")
-async def set_quota(workspace_id: int, post: Post) -> Response:
+async def set_quota(workspace_id: Id, post: Post) -> Response:
     cx = post.cx
     raw_pool = post.get("pool_id")
     try:
@@ -218,7 +219,7 @@ async def set_quota(workspace_id: int, post: Post) -> Response:
 
 
 @router.post("/workspaces/{workspace_id:int}/quotas/{pool_id:int}/delete")
-async def delete_quota(workspace_id: int, pool_id: int, post: Post) -> Response:
+async def delete_quota(workspace_id: Id, pool_id: Id, post: Post) -> Response:
     cx = post.cx
     async with cx.ctx.db.write() as session:
         await quotas.delete_quota(session, cx.actor, workspace_id, pool_id)
