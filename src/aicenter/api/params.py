@@ -6,8 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-MAX_ID = 2**63 - 1
-"""The largest value a 64-bit signed integer column holds (ids and version numbers, SQLite and PostgreSQL)."""
+from aicenter.core.ids import MAX_ID
 
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 """A row id or version number: 1..2**63-1.

@@ -259,6 +259,29 @@ async def test_resolve(client: httpx.AsyncClient, db: Database) -> None:
     assert (r.status_code, r.json()["error"]["details"]["field"]) == (422, "kind")
 
 
+async def test_resolving_a_hidden_version_id_reads_like_a_missing_one(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    bob = await make_user(db, client, "bob")
+    item = await create_item(client, alice, "models", "secret-model")
+    version = (await client.post(f"{API}/models/{item['id']}/versions", json={}, headers=alice.headers)).json()
+    hidden, missing, huge = f"#{version['id']}", "#987654321", f"#{10**30}"
+
+    async def refusal(ref: str) -> tuple[int, dict[str, Any]]:
+        r = await client.get(f"{API}/catalog/resolve", params={"kind": "model", "ref": ref}, headers=bob.headers)
+        return r.status_code, r.json()["error"]
+
+    (status, error), (missing_status, missing_error) = await refusal(hidden), await refusal(missing)
+    assert (status, missing_status) == (404, 404)
+    # The same words apart from the id itself: nothing tells bob that the hidden version exists, nor its name.
+    assert error["message"].replace(hidden, "#ID") == missing_error["message"].replace(missing, "#ID")
+    assert error["details"] == missing_error["details"]
+    assert "secret-model" not in error["message"]
+    status, error = await refusal(huge)  # beyond any id a column holds: the same answer, not a 500
+    assert (status, error["message"].replace(huge, "#ID")) == (404, missing_error["message"].replace(missing, "#ID"))
+    r = await client.get(f"{API}/catalog/resolve", params={"kind": "model", "ref": hidden}, headers=alice.headers)
+    assert (r.status_code, r.json()["id"]) == (200, version["id"])
+
+
 async def test_storage_quota_and_admin(client: httpx.AsyncClient, db: Database) -> None:
     admin = await admin_login(client)
     alice = await make_user(db, client, "alice")

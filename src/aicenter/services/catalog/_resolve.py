@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.catalog import ItemKind, VersionState, Visibility
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
+from aicenter.core.ids import MAX_ID
 from aicenter.db.models import CatalogItem, CatalogVersion, User
 from aicenter.services.catalog._access import load_item, load_version, my_workspaces_subquery, version_visible
 from aicenter.services.catalog._items import PRESET_NAMESPACE, user_namespace
@@ -111,16 +112,25 @@ async def resolve_version(
     if text.startswith("#"):
         if not text[1:].isdigit():
             raise ValidationFailed(f'"{ref}": a version id is # and digits, as in #123', field="ref")
+        # One answer for a version that does not exist, one the actor may not see, and an id no column can
+        # hold: anything else would tell a guesser which ids exist (and load_version's message names the item).
+        missing = NotFound(f"{kind.value} version {text} not found")
+        version_id = int(text[1:])
+        if version_id > MAX_ID:
+            raise missing
         row = (
             await session.execute(
                 select(CatalogVersion.item_id, CatalogVersion.number)
                 .join(CatalogItem, CatalogItem.id == CatalogVersion.item_id)
-                .where(CatalogVersion.id == int(text[1:]), CatalogItem.kind == kind.value)
+                .where(CatalogVersion.id == version_id, CatalogItem.kind == kind.value)
             )
         ).first()
         if row is None:
-            raise NotFound(f"{kind.value} version {text} not found")
-        item, version = await load_version(session, actor, kind, row[0], row[1])
+            raise missing
+        try:
+            item, version = await load_version(session, actor, kind, row[0], row[1])
+        except NotFound:
+            raise missing from None
         return await version_view(session, actor, item, version)
 
     owner, name, number = parse_ref(text)
