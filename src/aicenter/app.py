@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from aicenter import __version__
 from aicenter.api.errors import install_error_handlers
-from aicenter.api.middleware import RequestIdMiddleware
+from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
 from aicenter.context import AppContext
@@ -98,4 +98,8 @@ def create_app(
         app.include_router(router)
     install_console(app)
     app.add_middleware(RequestIdMiddleware)
+    if settings.secure_cookies:  # the public URL is https
+        app.add_middleware(HstsMiddleware)
+    if settings.trusted_proxies:  # outermost: everything inside sees the client's address
+        app.add_middleware(ClientAddressMiddleware, trusted_proxies=settings.trusted_proxy_networks)
     return app

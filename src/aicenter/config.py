@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Well-known values that must never sign anything outside development.
@@ -64,9 +65,19 @@ class Settings(BaseSettings):
         default=30 * 24 * 3600, description="Lifetime of the token that `aicenter login` gets, in seconds."
     )
     login_max_failures: int = Field(
-        default=5, description="Failed logins allowed per user and client address within login_window_s."
+        default=5,
+        ge=1,
+        description="Failed logins allowed per user name and client address within login_window_s; a client "
+        "address is blocked for every user name after four times as many. A user is never locked out of a "
+        "right-password login from another address.",
     )
-    login_window_s: int = Field(default=300, description="Window over which failed logins are counted.")
+    login_window_s: int = Field(default=300, ge=1, description="Window over which failed logins are counted.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description='Addresses or networks (JSON list, e.g. ["10.0.0.5", "192.168.0.0/16"]) of reverse '
+        "proxies whose X-Forwarded-For header names the client. Empty: the socket peer is the client and the "
+        "header is ignored, since anyone can send it.",
+    )
     register_host: bool = Field(
         default=True, description="Register this host as a node at start-up (embedded / local executor)."
     )
@@ -152,6 +163,18 @@ class Settings(BaseSettings):
         "best-fit, random-fit, fgd, default) or the path of a YAML/JSON policy document.",
     )
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"AICENTER_TRUSTED_PROXIES: {entry!r} is neither an IP address nor a network such as 10.0.0.0/8"
+                ) from None
+        return entries
+
     @model_validator(mode="after")
     def _refuse_weak_secrets(self) -> Settings:
         if self.dev:
@@ -195,6 +218,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.effective_database_url.startswith("sqlite")
+
+    @property
+    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """``trusted_proxies`` as networks (an address is a network of one); checked when settings load."""
+        return [ipaddress.ip_network(entry.strip(), strict=False) for entry in self.trusted_proxies]
 
     @property
     def secure_cookies(self) -> bool:

@@ -71,7 +71,9 @@ def live_server(home: Path, **settings: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
+    # proxy_headers off as in `aicenter up`: the app decides whom X-Forwarded-For is trusted from.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="aicenter-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + READY_TIMEOUT_S

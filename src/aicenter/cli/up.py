@@ -158,6 +158,9 @@ def up(
         "lifespan": "on",
         "timeout_graceful_shutdown": 10,
         "server_header": False,
+        # The app reads X-Forwarded-For itself, from AICENTER_TRUSTED_PROXIES only; uvicorn's own handling
+        # would trust it from 127.0.0.1 (any local user or job) and rewrite the client address first.
+        "proxy_headers": False,
     }
 
     import uvicorn  # here, not at the top: ~200 ms that every other CLI command would pay

@@ -33,6 +33,8 @@ from aicenter.services.context import Actor
 
 # A token's last use is recorded at most this often, so that reads do not turn into writes.
 TOUCH_EVERY_S = 300.0
+# Failed logins from one address, for any user names, that block the address: a multiple of the per-user limit.
+ADDRESS_FACTOR = 4
 TOKEN_PREFIX = "aic_"  # noqa: S105 - a prefix, not a secret
 
 # argon2id parameters of each hashing profile (``Settings.password_hashing``). production is argon2-cffi's default,
@@ -270,26 +272,23 @@ async def login(
     """Check a password and issue a login (CLI) or session (console) token.
 
     A wrong password is *returned* as an error, not raised: the caller commits the recorded failure and
-    then raises it (raising here would roll the record back). RateLimited follows ``max_failures`` failures
-    within ``window_s`` for this user name; a failure is recorded even for unknown users, so guessing
-    names is limited too.
+    then raises it (raising here would roll the record back). A failure is recorded even for unknown users, so
+    guessing names is limited too. RateLimited follows ``max_failures`` failures within ``window_s`` for this
+    user name from this address, or ``ADDRESS_FACTOR`` times as many from this address for any user names.
+    Failures never block a user name on its own: anyone could then lock a user out by failing from
+    anywhere, so the right password from another address always gets in.
     """
     now = utcnow()
     since = now - timedelta(seconds=window_s)
-    failures = await session.scalar(
-        select(func.count())
-        .select_from(LoginAttempt)
-        .where(LoginAttempt.at >= since, or_(LoginAttempt.username == username, LoginAttempt.address == address))
+    recent = select(func.count()).select_from(LoginAttempt).where(LoginAttempt.at >= since)
+    by_pair = await session.scalar(
+        recent.where(LoginAttempt.address == address[:64], LoginAttempt.username == username[:64])
     )
     # The address limit is wider: many people may share one NAT address.
-    by_user = await session.scalar(
-        select(func.count())
-        .select_from(LoginAttempt)
-        .where(LoginAttempt.at >= since, LoginAttempt.username == username)
-    )
-    if (by_user or 0) >= max_failures or (failures or 0) >= max_failures * 4:
+    by_address = await session.scalar(recent.where(LoginAttempt.address == address[:64]))
+    if (by_pair or 0) >= max_failures or (by_address or 0) >= max_failures * ADDRESS_FACTOR:
         raise RateLimited(
-            f"too many failed logins; try again in {window_s // 60} minutes",
+            f"too many failed logins from your address; try again in {max(1, window_s // 60)} minutes",
             details={"retry_after_s": window_s},
         )
     user = await session.scalar(select(User).where(User.username == username))

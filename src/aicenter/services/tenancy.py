@@ -315,22 +315,29 @@ async def change_password(
     On success the actor's other sessions and CLI logins are revoked; the one in use stays valid.
 
     Raises:
-        RateLimited: ``max_failures`` wrong passwords within ``window_s``.
+        RateLimited: ``max_failures`` wrong passwords (or failed logins) within ``window_s`` from this address.
         ValidationFailed: the new password is too weak (``details.field == "new_password"``).
     """
     user = await get_me(session, actor)
     now = utcnow()
+    address = (actor.client_address or "unknown")[:64]
+    # Per user name and address, as logins: failures from elsewhere (anyone can fail a login under this name)
+    # must not keep the user from changing their password.
     failures = await session.scalar(
         select(func.count())
         .select_from(LoginAttempt)
-        .where(LoginAttempt.username == user.username, LoginAttempt.at >= now - timedelta(seconds=window_s))
+        .where(
+            LoginAttempt.username == user.username,
+            LoginAttempt.address == address,
+            LoginAttempt.at >= now - timedelta(seconds=window_s),
+        )
     )
     if (failures or 0) >= max_failures:
         raise RateLimited(
             f"too many wrong passwords; try again in {window_s // 60} minutes", details={"retry_after_s": window_s}
         )
     if not verify_password(user.password_hash, current_password):
-        session.add(LoginAttempt(username=user.username, address=(actor.client_address or "unknown")[:64], at=now))
+        session.add(LoginAttempt(username=user.username, address=address, at=now))
         return Forbidden("the current password is wrong", details={"field": "current_password"})
     _check_password(new_password, "new_password")
     user.password_hash = hash_password(new_password)

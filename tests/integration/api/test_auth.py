@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
+from fastapi import FastAPI
 from sqlalchemy import event, select
 
 from aicenter.db.engine import Database
@@ -34,6 +37,45 @@ async def test_wrong_password_is_rate_limited(client: httpx.AsyncClient, db: Dat
     r = await client.post("/api/v1/auth/login", json={"username": "alice", "password": "user-password-1"})
     assert r.status_code == 429
     assert r.json()["error"]["code"] == "rate_limited"
+
+
+@asynccontextmanager
+async def _client_from(app: FastAPI, address: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client whose requests come from ``address`` (the socket peer the server sees)."""
+    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        yield client
+
+
+async def _login_status(client: httpx.AsyncClient, username: str, password: str) -> int:
+    r = await client.post("/api/v1/auth/login", json={"username": username, "password": password})
+    return r.status_code
+
+
+async def test_failed_logins_block_their_address_but_not_the_right_password_from_another(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    await make_user(db, client, "alice")
+    async with _client_from(app, "10.1.0.1") as a, _client_from(app, "10.2.0.2") as b:
+        for _ in range(5):
+            assert await _login_status(a, "alice", "wrong-password") == 401
+        assert await _login_status(a, "alice", "user-password-1") == 429  # this user from this address
+        assert await _login_status(b, "alice", "user-password-1") == 200  # alice herself, elsewhere
+        assert await _login_status(b, "alice", "wrong-password") == 401  # B's own count starts at 0
+
+
+async def test_an_address_failing_for_many_names_is_blocked_for_all_of_them(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    await make_user(db, client, "alice")
+    async with _client_from(app, "10.1.0.1") as a, _client_from(app, "10.2.0.2") as b:
+        for n in range(4 * 5):  # spraying: fewer than 5 failures per name, 20 from the address in all
+            assert await _login_status(a, f"guess{n // 4}", "wrong-password") == 401
+        r = await a.post("/api/v1/auth/login", json={"username": "alice", "password": "user-password-1"})
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "rate_limited")
+        assert "address" in r.json()["error"]["message"]
+        assert int(r.headers["retry-after"]) > 0
+        assert await _login_status(b, "alice", "user-password-1") == 200
 
 
 async def test_token_shown_once_then_revoked(client: httpx.AsyncClient, db: Database) -> None:
@@ -117,3 +159,14 @@ async def test_login_upgrades_a_cheap_password_hash_once_the_server_hashes_for_p
     finally:
         auth.use_password_profile(before)
     assert (await login(client, "alice", "user-password-1")).username == "alice", "the production hash verifies"
+
+
+async def test_a_body_that_is_not_utf8_is_refused_like_any_malformed_body(client: httpx.AsyncClient) -> None:
+    json_type = {"Content-Type": "application/json"}
+    for body in (b"\xff\xfe", b'{"username": "\xff", "password": "x"}', b'{"username": '):
+        r = await client.post("/api/v1/auth/login", content=body, headers=json_type)
+        assert r.status_code == 422, (body, r.text)
+        error = r.json()["error"]
+        assert (error["code"], error["details"]["field"]) == ("validation_failed", "body"), body
+        assert error["message"].startswith("the body is not valid"), error["message"]
+        assert "Traceback" not in r.text

@@ -245,3 +245,15 @@ async def test_pages_carry_a_strict_content_security_policy(admin: Browser, open
         assert page.headers["x-frame-options"] == "DENY"
         assert "<script>" not in page.text
         assert ' style="' not in page.text
+
+
+async def test_a_login_form_that_is_not_utf8_is_a_wrong_password(open_browser: OpenBrowser) -> None:
+    browser = await open_browser()
+    token = csrf_in((await browser.get("/login")).text).encode()
+    for body, content_type in (
+        (b"username=\xff\xfe&password=\xfe\xff&csrf_token=" + token, "application/x-www-form-urlencoded"),
+        (b"username=%ff%fe&password=%fe%ff&csrf_token=" + token, "application/x-www-form-urlencoded"),
+    ):
+        response = await browser.client.post("/login", content=body, headers={"Content-Type": content_type})
+        assert response.status_code == 401, response.text
+        assert "wrong user name or password" in response.text
