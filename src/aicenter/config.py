@@ -58,7 +58,9 @@ class Settings(BaseSettings):
         "records its parameters, so passwords set under one profile still verify under the other.",
     )
     public_url: str | None = Field(
-        default=None, description="External URL of the server (https:// makes session cookies Secure)."
+        default=None,
+        description="External URL of the server (https:// makes session cookies Secure and sends "
+        "Strict-Transport-Security on every response).",
     )
     session_ttl_s: int = Field(default=12 * 3600, description="Lifetime of a console session, in seconds.")
     login_token_ttl_s: int = Field(
