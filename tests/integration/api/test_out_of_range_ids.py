@@ -1,9 +1,10 @@
 """Integers no database column can hold, generated from the OpenAPI document: every operation, whoever wrote it.
 
 Ids are 64-bit integers in both databases. An id beyond that range (2**63, 10**30) sent to any operation as a
-path or an ``*_id`` query parameter must be refused with 422 ``validation_failed`` naming the parameter (or a
-404), in the standard error body, and never reach the database, where SQLite's driver raises OverflowError and
-asyncpg a DataError: a 500. The caller is a platform admin, so that authorization refuses nothing first.
+path parameter, an ``*_id`` query parameter or an ``*_id`` field of a JSON body must be refused with 422
+``validation_failed`` naming it (or, for a path, a 404), in the standard error body, and never reach the
+database, where SQLite's driver raises OverflowError and asyncpg a DataError: a 500. The caller is a platform
+admin, so that authorization refuses nothing first.
 """
 
 from __future__ import annotations
@@ -100,3 +101,38 @@ async def test_ids_below_one_are_refused(client: httpx.AsyncClient, value: str) 
     response = await client.get(f"/api/v1/jobs/{value}", headers=admin.headers)
     assert response.status_code == 422
     assert response.json()["error"]["details"]["field"] == "job_id"
+
+
+def _body_cases(app: FastAPI) -> list[tuple[str, str, str]]:
+    """(method, path template, field) for every integer ``*_id`` field at the top of a JSON request body."""
+    document = app.openapi()
+    cases = []
+    for path, item in sorted(document["paths"].items()):
+        for method in _METHODS:
+            content = item.get(method, {}).get("requestBody", {}).get("content", {})
+            schema = content.get("application/json", {}).get("schema", {})
+            if "$ref" in schema:
+                schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+            for name, field in schema.get("properties", {}).items():
+                if name.endswith("_id") and _is_integer(field):
+                    cases.append((method, path, name))
+    return cases
+
+
+async def test_body_ids_beyond_int64_are_refused_naming_the_field(app: FastAPI, client: httpx.AsyncClient) -> None:
+    admin = await admin_login(client)
+    cases = _body_cases(app)
+    assert len(cases) >= 8, "the OpenAPI document lost its body id fields"
+    wrong: list[str] = []
+    for method, path, name in cases:
+        url = _url(app, method, path, "", "path", 0)  # every path parameter a plausible value
+        for value in BEYOND_INT64:
+            try:
+                response = await client.request(method.upper(), url, headers=admin.headers, json={name: value})
+            except Exception as exc:  # the ASGI transport re-raises what became a 500
+                wrong.append(f"{method.upper()} {url} {name}={value}: 500 {exc!r}")
+                continue
+            fields = {e["field"] for e in response.json().get("error", {}).get("details", {}).get("errors", [])}
+            if response.status_code != 422 or name not in fields:
+                wrong.append(f"{method.upper()} {url} {name}={value}: {response.status_code} {response.text[:200]}")
+    assert not wrong, f"{len(wrong)} of {2 * len(cases)} requests were not refused on the id:\n" + "\n".join(wrong)

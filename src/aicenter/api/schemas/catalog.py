@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import Input, Schema
 from aicenter.core.errors import ValidationFailed
 from aicenter.services.catalog import BuildView, FileView, ItemView, StorageUsage, UploadView, VersionView
@@ -41,7 +42,7 @@ class _Patch(Input):
 
 class ItemCreate(Input):
     name: str = Field(max_length=64, description="Unique per kind among your items (or among presets).")
-    workspace_id: int | None = Field(
+    workspace_id: Id | None = Field(
         default=None, description="The workspace whose storage quota the versions count against; default: yours."
     )
     description: Description = ""
@@ -98,14 +99,14 @@ class VersionUpdate(_Patch):
 
 class ShareIn(Input):
     visibility: Literal["workspace", "public"]
-    workspace_id: int | None = Field(
+    workspace_id: Id | None = Field(
         default=None, description="With visibility=workspace: the workspace to share with; default: the item's."
     )
 
 
 class CopyIn(Input):
     name: str | None = Field(default=None, max_length=64, description="Your item to copy into; default: same name.")
-    workspace_id: int | None = Field(default=None, description="Workspace of the item if it is created.")
+    workspace_id: Id | None = Field(default=None, description="Workspace of the item if it is created.")
     description: Description | None = None
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, PlainSerializer, PlainValidator, WithJsonSchema
 
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import Input, Schema
 from aicenter.core.errors import ValidationFailed
 from aicenter.services.inventory import NodeView, PoolView
@@ -168,7 +169,7 @@ class SpecCreate(Input):
     accelerator_type: str | None = Field(default=None, max_length=64, description="None: any accelerator type.")
     price_per_hour: Decimal = Field(description="Coins per machine-hour, at most 4 decimal places.")
     billing_weight: float = Field(default=1.0, description="Multiplies machine time; more than 0.")
-    pool_id: int | None = Field(default=None, description="The only pool the spec is usable in; None: every pool.")
+    pool_id: Id | None = Field(default=None, description="The only pool the spec is usable in; None: every pool.")
     enabled: bool = True
 
 
@@ -184,7 +185,7 @@ class SpecUpdate(_Patch):
     accelerator_type: str | None = Field(default=None, max_length=64)
     price_per_hour: Decimal | None = None
     billing_weight: float | None = None
-    pool_id: int | None = None
+    pool_id: Id | None = None
     enabled: bool | None = None
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from aicenter.api.params import Id
 from aicenter.api.schemas.common import Input, Schema
 from aicenter.services.jobs import JobView, TemplateView
 
@@ -27,7 +28,7 @@ Overrides = Annotated[
 class JobSubmit(Input):
     spec: SpecSource
     overrides: Overrides
-    workspace_id: int | None = Field(
+    workspace_id: Id | None = Field(
         default=None, description="The workspace; else the spec's `workspace`; else your default workspace."
     )
 
@@ -132,7 +133,7 @@ class JobDetail(JobOut):
 class TemplateCreate(Input):
     name: str
     spec: SpecSource
-    workspace_id: int | None = Field(
+    workspace_id: Id | None = Field(
         default=None, description="The workspace; else the spec's `workspace`; else your default workspace."
     )
     description: str = ""

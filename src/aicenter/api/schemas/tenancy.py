@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictFloat, StrictInt, StrictStr
 
+from aicenter.api.params import Id
 from aicenter.api.schemas.auth import UserOut
 from aicenter.api.schemas.common import Input, Schema
 from aicenter.core.roles import WorkspaceRole
@@ -39,7 +40,7 @@ class MeUpdate(Input):
 
     display_name: str | None = Field(default=None, max_length=128)
     email: str | None = Field(default=None, max_length=256, description=_EMAIL_DOC)
-    default_workspace_id: int | None = Field(default=None, description="One of your workspaces.")
+    default_workspace_id: Id | None = Field(default=None, description="One of your workspaces.")
 
 
 class PasswordChange(Input):
@@ -65,7 +66,7 @@ class MyWorkspaceOut(Schema):
 class WorkspaceCreate(Input):
     name: str = Field(max_length=64, description="Lower-case letters, digits, '.', '_' and '-'.")
     description: str = Field(default="", max_length=1024)
-    admin_user_id: int | None = Field(default=None, description="Its first workspace admin; default: you.")
+    admin_user_id: Id | None = Field(default=None, description="Its first workspace admin; default: you.")
 
 
 class WorkspaceUpdate(Input):
@@ -86,7 +87,7 @@ class MemberOut(Schema):
 class MemberAdd(Input):
     """Name the user by ``user_id`` or by ``username``, not both."""
 
-    user_id: int | None = None
+    user_id: Id | None = None
     username: str | None = Field(default=None, max_length=64)
     role: WorkspaceRole = WorkspaceRole.MEMBER
 
