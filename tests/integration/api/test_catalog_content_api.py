@@ -247,3 +247,40 @@ async def test_shared_to_workspace_reads_for_members_only(client: httpx.AsyncCli
     assert r.status_code == 200, r.text
     assert (await client.get(f"{base}/files/README.md", headers=bob.headers)).content == FILES["README.md"]
     assert (await client.get(f"{base}/files/README.md", headers=carol.headers)).status_code == 404
+
+
+async def test_a_blob_of_the_wrong_length_is_quarantined_not_served(
+    client: httpx.AsyncClient, db: Database, app: FastAPI
+) -> None:
+    alice, base = await _flowers(client, db)
+    store = app.state.ctx.store
+    data = FILES["data/train.csv"]
+    blob = store.path(sha(data))
+    # What a job could do through a hard link of a mounted input before inputs were read-only mounts.
+    os.chmod(blob, 0o600)
+    blob.write_bytes(blob.read_bytes() + b"evil,0\n")
+
+    r = await client.get(f"{base}/files/data/train.csv", headers=alice.headers)
+    assert r.status_code == 500, r.text
+    error = r.json()["error"]
+    assert error["code"] == "damaged"
+    assert "quarantined" in error["message"]
+    assert error["details"] == {
+        "sha256": sha(data),
+        "problem": "length",
+        "size": len(data) + 7,
+        "expected": len(data),
+    }
+    assert b"evil" not in r.content
+    assert not blob.exists()
+    assert sha(data) in [p.name.split(".")[0] for p in store.quarantine_dir.iterdir()]
+    # Ranges of it are refused too; what fsck says agrees: the blob is now missing, nothing is damaged.
+    ranged = await client.get(f"{base}/files/data/train.csv", headers={**alice.headers, "Range": "bytes=0-3"})
+    assert (ranged.status_code, ranged.json()["error"]["code"]) == (500, "damaged")
+    assert ranged.json()["error"]["details"]["problem"] == "missing"
+    admin = await admin_login(client)
+    fsck = await client.post(f"{API}/admin/storage/fsck", json={"repair": False}, headers=admin.headers)
+    assert (fsck.json()["missing"], fsck.json()["damaged"]) == ([sha(data)], [])
+    for path, other in FILES.items():
+        if path != "data/train.csv":
+            assert (await client.get(f"{base}/files/{path}", headers=alice.headers)).content == other
