@@ -138,11 +138,19 @@ def checked_blob(store: BlobStore, sha256: str, size: int) -> os.stat_result:
         ) from None
     if st.st_size == size:
         return st
-    with contextlib.suppress(FileNotFoundError):  # a concurrent request quarantined it first
-        store.quarantine(sha256)
-    log.warning("blob %s has %d bytes where its manifest says %d: quarantined", sha256, st.st_size, size)
+    quarantine_damaged(store, sha256, f"{st.st_size} bytes where its manifest says {size}")
     raise Damaged(
         f"the stored content {sha256} is damaged ({st.st_size} bytes, {size} expected) and was quarantined; "
         "nothing was sent. Uploading the same file again restores it",
         details={"sha256": sha256, "problem": "length", "size": st.st_size, "expected": size},
     )
+
+
+def quarantine_damaged(store: BlobStore, sha256: str, problem: str) -> None:
+    """Move a blob found damaged while it was served to quarantine (as ``fsck(repair=True)`` does) and log why.
+
+    A blob already gone (a concurrent request quarantined it first) is fine.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        store.quarantine(sha256)
+    log.warning("blob %s is damaged (%s): quarantined", sha256, problem)

@@ -7,6 +7,7 @@ error and never a truncated download; bytes are streamed after the request's ses
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -16,6 +17,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from aicenter.api.access import Access, access
+from aicenter.api.blobresponse import BlobResponse
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.schemas.catalog import (
     ArchiveRequest,
@@ -37,7 +39,7 @@ from aicenter.api.schemas.catalog import (
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.core.catalog import ItemKind, Scope, Visibility
 from aicenter.services import catalog
-from aicenter.storage import BlobStore, FileEntry, iter_tar
+from aicenter.storage import BlobStore, FileEntry, iter_tar, quarantine_damaged
 
 Sort = Literal["-updated_at", "updated_at", "name", "-name", "created_at", "-created_at"]
 
@@ -58,13 +60,6 @@ def _attachment(filename: str) -> str:
     if quoted == filename:
         return f'attachment; filename="{filename}"'
     return f"attachment; filename*=utf-8''{quoted}"
-
-
-class _BlobResponse(FileResponse):
-    """A file answer read 1 MiB at a time: Starlette's 64 KiB chunks cost a worker-thread round trip each, 32,768
-    of them for a 2 GiB file, and kept a download well below the disk's speed."""
-
-    chunk_size = 1 << 20
 
 
 def _tar_response(store: BlobStore, entries: list[FileEntry], filename: str) -> StreamingResponse:
@@ -275,8 +270,10 @@ def catalog_router(kind: ItemKind) -> APIRouter:
         # The service checks the blob's length and gives its stat: a missing or damaged blob is a 500 `damaged`
         # before any byte is sent, instead of an error (or wrong bytes) after the response started.
         view, blob, stat_result = await catalog.get_file(session, actor, ctx.store, kind, item_id, number, path)
-        return _BlobResponse(
+        return BlobResponse(
             blob,
+            sha256=view.sha256,
+            on_damaged=partial(quarantine_damaged, ctx.store, view.sha256),
             filename=PurePosixPath(view.path).name,
             stat_result=stat_result,
             headers={"ETag": f'"{view.sha256}"'},
