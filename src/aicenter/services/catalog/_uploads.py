@@ -357,7 +357,9 @@ async def commit_upload(
     Runs in three steps so that no transaction is open while bytes move: a read that authorizes, the
     verification and move of the staged files into the store (archives: expansion) in a thread, then one
     write transaction that adds the version and marks the session committed. Retrying after any failure is
-    safe; retrying after success answers with the same version.
+    safe; retrying after success answers with the same version. An archive's declared size is checked against
+    the workspace's remaining quota before it expands, and a refused archive commit deletes the blobs it added at
+    once (``_discard``); the session stays open.
 
     Raises:
         NotFound: no such upload of this actor.
@@ -365,7 +367,7 @@ async def commit_upload(
         UploadIncomplete: parts are missing (``details["missing"]``: ``[{"index", "path", "parts"}]``).
         HashMismatch: a file does not hash to its declared sha256.
         UnsafeArchive: the archive holds links, devices, unsafe paths, or expands beyond the limits.
-        QuotaExceeded: the version does not fit the workspace's storage quota.
+        QuotaExceeded: the version (or the size an archive declares) does not fit the workspace's storage quota.
     """
     async with db.read() as session:
         row = await _load_own(session, actor, upload_id)
