@@ -39,11 +39,18 @@ def _settings(home: Path) -> Settings:
     return make_settings(home, secret_key=None)
 
 
+WAL_MODES: dict[str, int] = {}
+
+
 async def _start_and_write(settings: Settings) -> tuple[FastAPI, str]:
-    """Run the app's start-up (migrations, bootstrap: SQLite writes its -wal and -shm) and store one blob."""
+    """Run the app's start-up (migrations, bootstrap: SQLite writes its -wal and -shm) and store one blob; the
+    modes of the -wal and -shm files while the server runs go to WAL_MODES."""
     app = create_app(settings, run_controllers=False)
     async with app.router.lifespan_context(app):
         sha, _ = app.state.ctx.store.put_bytes(b"tenant data\n")
+        db_file = settings.home_dir / "aicenter.db"
+        for suffix in ("-wal", "-shm"):
+            WAL_MODES[suffix] = _mode(db_file.with_name(db_file.name + suffix))
     return app, sha
 
 
@@ -54,10 +61,7 @@ async def test_a_fresh_home_is_created_private(open_parent: Path) -> None:
     db_file = home / "aicenter.db"
     assert (_mode(home), _mode(settings.store_dir)) == (0o700, 0o700)
     assert _mode(db_file) == 0o600
-    for suffix in ("-wal", "-shm"):
-        wal = db_file.with_name(db_file.name + suffix)
-        if wal.exists():  # SQLite removes them when the last connection closes cleanly
-            assert _mode(wal) == 0o600, wal
+    assert WAL_MODES == {"-wal": 0o600, "-shm": 0o600}  # SQLite gives them the database file's mode
     assert _mode(home / "secret_key") == 0o600
     assert _mode(app.state.ctx.store.path(sha)) == 0o400
     for path in (home, settings.store_dir, db_file):
@@ -108,7 +112,12 @@ def probe_user() -> Iterator[str]:
 
 def _as(user: str, *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["runuser", "-u", user, "--", *command], capture_output=True, text=True, timeout=30, check=False
+        ["runuser", "-u", user, "--", *command],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=30,
+        check=False,
     )
 
 
