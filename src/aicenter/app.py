@@ -24,6 +24,7 @@ from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
 from aicenter.storage import BlobStore
+from aicenter.storage.private import private_dir, private_file, tighten_if_present
 from aicenter.web import install as install_console
 
 log = logging.getLogger("aicenter")
@@ -38,6 +39,26 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
 ]
 
 
+def make_server_files_private(settings: Settings) -> list[str]:
+    """Create the home, the store root and the SQLite file owner-only; tighten them (and the generated secret
+    key) where an older server or an operator left them readable by others. Logs what changed, once.
+
+    Returns:
+        One ``"<path>: <old mode> -> <new mode>"`` per path that was tightened.
+    """
+    changed = [private_dir(settings.home_dir), private_dir(settings.store_dir)]
+    if settings.sqlite_path is not None:
+        settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)  # the home, unless configured elsewhere
+        changed.append(private_file(settings.sqlite_path))
+        db_file = settings.sqlite_path
+        changed.extend(tighten_if_present(db_file.with_name(db_file.name + s)) for s in ("-wal", "-shm", "-journal"))
+    changed.append(tighten_if_present(settings.secret_key_path))
+    done = [c for c in changed if c is not None]
+    if done:
+        log.warning("made the server's files private to its Unix user: %s", "; ".join(done))
+    return done
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -46,7 +67,7 @@ def create_app(
 ) -> FastAPI:
     """Build the ASGI app. Start-up applies migrations (under a lock), bootstraps, and starts controllers."""
     settings = settings or Settings()
-    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    make_server_files_private(settings)
     use_password_profile(settings.password_hashing)
     db = Database(settings.effective_database_url, pool_size=settings.db_pool_size)
     ctx = AppContext(

@@ -10,6 +10,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+
+from aicenter.storage.private import private_dir, write_private
 
 # Well-known values that must never sign anything outside development.
 _KNOWN_WEAK_SECRETS = frozenset({"secret", "changeme", "change-me", "dev", "development", "aicenter"})
@@ -234,11 +237,21 @@ class Settings(BaseSettings):
         """Return the signing key: the configured one, else one generated once and kept (0600) in home."""
         if self.secret_key:
             return self.secret_key
-        path = self.home_dir / "secret_key"
+        path = self.secret_key_path
         if not path.exists():
-            self.home_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(secrets.token_urlsafe(48))
-            tmp.chmod(0o600)
-            tmp.replace(path)
+            private_dir(self.home_dir)
+            write_private(path, secrets.token_urlsafe(48))
         return path.read_text().strip()
+
+    @property
+    def secret_key_path(self) -> Path:
+        """Where a generated signing key is kept: ``<home>/secret_key``."""
+        return self.home_dir / "secret_key"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file of ``effective_database_url``; None on PostgreSQL."""
+        url = make_url(self.effective_database_url)
+        if not url.drivername.startswith("sqlite") or not url.database:
+            return None
+        return Path(url.database).expanduser().resolve()

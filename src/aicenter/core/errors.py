@@ -95,3 +95,14 @@ class InvalidTransition(Conflict):
     """A status change the lifecycle table does not allow (core/jobs/lifecycle.py)."""
 
     code = "invalid_transition"
+
+
+class Damaged(AicenterError):
+    """Stored content does not match its manifest (a blob of the wrong length, or missing); nothing of it is sent.
+
+    A server-side fault (5xx), not the caller's: the damaged blob is quarantined, and an upload of the same content
+    stores it again.
+    """
+
+    code = "damaged"
+    status = 500

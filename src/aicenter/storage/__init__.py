@@ -7,7 +7,7 @@ catalog services record what this package stores; see docs/dev/catalog-contract.
 from aicenter.storage.archives import expand_archive
 from aicenter.storage.blobs import BlobStore, hash_file
 from aicenter.storage.bundle import bundle_header
-from aicenter.storage.gc import FsckReport, GcReport, collect_garbage, fsck
+from aicenter.storage.gc import FsckReport, GcReport, checked_blob, collect_garbage, fsck, quarantine_damaged
 from aicenter.storage.importer import scan_directory
 from aicenter.storage.manifest import FileEntry, check_manifest, manifest_sha256
 from aicenter.storage.paths import check_path
@@ -23,6 +23,7 @@ __all__ = [
     "bundle_header",
     "check_manifest",
     "check_path",
+    "checked_blob",
     "collect_garbage",
     "expand_archive",
     "fsck",
@@ -30,6 +31,7 @@ __all__ = [
     "iter_tar",
     "manifest_sha256",
     "part_count",
+    "quarantine_damaged",
     "scan_directory",
     "tar_size",
 ]

@@ -1,7 +1,8 @@
 """Expanding an uploaded archive (tar, tar.gz, zip) into the store, refusing anything unsafe.
 
 Two passes. The first reads headers only and refuses links, devices, fifos, unsafe or duplicate paths, too many
-entries and a declared size over the limit, before a byte is written. The second streams every regular file into
+entries and a declared size over the limit or over what the caller's check allows (the workspace's remaining
+storage quota), before a byte is written. The second streams every regular file into
 a private directory of the store's tmp area, hashing and counting real bytes (a header that lies about a size still
 stops at the limit), and only when every entry passed are the files moved into the store: a refused archive leaves
 no blob behind, and no blob another upload relies on is ever deleted by a refusal.
@@ -17,7 +18,7 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -41,13 +42,27 @@ class _Planned:
     mode: int
 
 
-def expand_archive(path: Path, fmt: str, store: BlobStore, *, max_bytes: int, max_entries: int) -> list[FileEntry]:
+def expand_archive(
+    path: Path,
+    fmt: str,
+    store: BlobStore,
+    *,
+    max_bytes: int,
+    max_entries: int,
+    check_declared: Callable[[int], None] | None = None,
+    created: set[str] | None = None,
+) -> list[FileEntry]:
     """Store every regular file of the archive at ``path``; return the manifest (``check_manifest`` order).
 
     Args:
         fmt: ``tar``, ``tar.gz`` or ``zip`` (tar and tar.gz are told apart by their content, either name works).
         max_bytes: the most bytes the files may expand to (declared and actually written).
         max_entries: the most entries (files and directories) the archive may hold.
+        check_declared: called with the running total of the sizes the headers declare, at every file entry of
+            the first pass, before a byte is written (a storage quota); whatever it raises ends the expansion with
+            nothing written.
+        created: receives the sha256 of every blob this call adds to the store (not those it found stored), so
+            that a caller whose commit then fails can delete them at once.
 
     Raises:
         UnsafeArchive: naming the entry, for a symlink, hard link, device, fifo, unsafe or duplicate path, a file
@@ -58,14 +73,14 @@ def expand_archive(path: Path, fmt: str, store: BlobStore, *, max_bytes: int, ma
         raise ValidationFailed(f"unknown archive format {fmt!r}; use one of {', '.join(FORMATS)}", field="archive")
     work = store.tmp_path("archive-")
     try:
-        if fmt == "zip":
-            staged = _expand_zip(path, work, max_bytes=max_bytes, max_entries=max_entries)
-        else:
-            staged = _expand_tar(path, work, max_bytes=max_bytes, max_entries=max_entries)
+        expand = _expand_zip if fmt == "zip" else _expand_tar
+        staged = expand(path, work, max_bytes=max_bytes, max_entries=max_entries, check_declared=check_declared)
         entries = []
         for planned, tmp, sha in staged:
             if store.refresh(sha) is None:
                 store.adopt(tmp, sha, planned.size)
+                if created is not None:
+                    created.add(sha)
             entries.append(FileEntry(planned.path, planned.size, sha, planned.mode))
         return check_manifest(entries)
     except _READ_ERRORS as e:
@@ -78,9 +93,10 @@ def expand_archive(path: Path, fmt: str, store: BlobStore, *, max_bytes: int, ma
 class _Plan:
     """Pass one: what the headers declare, checked entry by entry."""
 
-    def __init__(self, *, max_bytes: int, max_entries: int) -> None:
+    def __init__(self, *, max_bytes: int, max_entries: int, check_declared: Callable[[int], None] | None) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
+        self.check_declared = check_declared
         self.files: list[_Planned] = []
         self._paths: set[str] = set()
         self._dirs: set[str] = set()
@@ -112,6 +128,9 @@ class _Plan:
                 f'the archive expands to more than {self.max_bytes} bytes (at entry "{name}")',
                 details={"entry": name, "limit": self.max_bytes},
             )
+        if self.check_declared is not None:
+            # At every entry, not once at the end: a header declaring a terabyte is refused without reading on.
+            self.check_declared(self._total)
         self.files.append(_Planned(path, size, mode & 0o777))
 
     def finish(self) -> list[_Planned]:
@@ -229,8 +248,10 @@ def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def _expand_tar(path: Path, work: Path, *, max_bytes: int, max_entries: int) -> list[tuple[_Planned, Path, str]]:
-    plan = _Plan(max_bytes=max_bytes, max_entries=max_entries)
+def _expand_tar(
+    path: Path, work: Path, *, max_bytes: int, max_entries: int, check_declared: Callable[[int], None] | None
+) -> list[tuple[_Planned, Path, str]]:
+    plan = _Plan(max_bytes=max_bytes, max_entries=max_entries, check_declared=check_declared)
     with _open_tar(path) as tf:
         for member in _members(tf):
             plan.count()
@@ -273,8 +294,10 @@ def _tar_type_name(member: tarfile.TarInfo) -> str:
 
 
 # -- zip ---------------------------------------------------------------------------------------------------------
-def _expand_zip(path: Path, work: Path, *, max_bytes: int, max_entries: int) -> list[tuple[_Planned, Path, str]]:
-    plan = _Plan(max_bytes=max_bytes, max_entries=max_entries)
+def _expand_zip(
+    path: Path, work: Path, *, max_bytes: int, max_entries: int, check_declared: Callable[[int], None] | None
+) -> list[tuple[_Planned, Path, str]]:
+    plan = _Plan(max_bytes=max_bytes, max_entries=max_entries, check_declared=check_declared)
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         planned_infos: list[zipfile.ZipInfo] = []

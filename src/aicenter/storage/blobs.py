@@ -18,7 +18,8 @@ from aicenter.core.errors import HashMismatch, ValidationFailed
 from aicenter.storage.manifest import SHA256_RE
 
 READ_SIZE = 1 << 20
-BLOB_MODE = 0o444
+# Owner-read only: the store is the server's, no other Unix account (jobs included) reads it directly.
+BLOB_MODE = 0o400
 # A blob moved or deduplicated into the store gets a fresh mtime when its own is older than this, so garbage
 # collection (which keeps unreferenced blobs younger than its grace period) cannot take it before the commit
 # that references it. Skipping the utime for fresh files saves a syscall per small file.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aicenter.core.bundle import HEADER_SIZE, bundle_header, parse_bundle_header
 from aicenter.core.errors import HashMismatch, ValidationFailed
+from aicenter.storage.blobs import BLOB_MODE
 
 __all__ = ["HEADER_SIZE", "BundleWriter", "bundle_header"]
 
@@ -116,7 +117,7 @@ class BundleWriter:
             return  # a resend of a received file: read past its bytes
         self._tmp = self._tmp_path(index)
         # Read-only from birth (the descriptor still writes): finalize links it into the store without a chmod.
-        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, BLOB_MODE)
 
     def _write(self, piece: memoryview) -> None:
         if self._fd < 0:

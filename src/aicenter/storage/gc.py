@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from aicenter.core.errors import Damaged
 from aicenter.storage.blobs import BlobStore, hash_file
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +117,40 @@ def fsck(store: BlobStore, referenced: Mapping[str, int], *, repair: bool) -> Fs
                 continue
             quarantined.append(sha)
     return FsckReport(checked=len(referenced), missing=missing, damaged=damaged, quarantined=quarantined)
+
+
+def checked_blob(store: BlobStore, sha256: str, size: int) -> os.stat_result:
+    """The stat of a blob about to be served, after checking its length against the manifest's ``size``.
+
+    A blob of another length is damaged (a bit of disk trouble, or someone wrote through a hard link): it is
+    moved to quarantine, as ``fsck(repair=True)`` would, so the next upload of the same content stores it again.
+
+    Raises:
+        Damaged: the blob is missing, or has another length (then it is quarantined); the message says which.
+    """
+    try:
+        st = os.stat(store.path(sha256))
+    except FileNotFoundError:
+        raise Damaged(
+            f"the content {sha256} is missing from the store; an administrator's `aicenter admin fsck` lists "
+            "such files, and uploading the same file again restores it",
+            details={"sha256": sha256, "problem": "missing"},
+        ) from None
+    if st.st_size == size:
+        return st
+    quarantine_damaged(store, sha256, f"{st.st_size} bytes where its manifest says {size}")
+    raise Damaged(
+        f"the stored content {sha256} is damaged ({st.st_size} bytes, {size} expected) and was quarantined; "
+        "nothing was sent. Uploading the same file again restores it",
+        details={"sha256": sha256, "problem": "length", "size": st.st_size, "expected": size},
+    )
+
+
+def quarantine_damaged(store: BlobStore, sha256: str, problem: str) -> None:
+    """Move a blob found damaged while it was served to quarantine (as ``fsck(repair=True)`` does) and log why.
+
+    A blob already gone (a concurrent request quarantined it first) is fine.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        store.quarantine(sha256)
+    log.warning("blob %s is damaged (%s): quarantined", sha256, problem)

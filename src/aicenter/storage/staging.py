@@ -17,7 +17,7 @@ Layout of ``staging/<upload_id>/`` (nothing is held in memory; it all survives a
 Finalize *hard-links* each file into the store rather than renaming it: the staged name stays valid (archives are
 expanded from it, a re-run finds everything in place) and costs no bytes; ``remove`` drops the staged names.
 
-A multi-part file is sealed (mode 0o444) before it is linked. Part writers hold a shared ``flock`` on it and
+A multi-part file is sealed (read-only, BLOB_MODE) before it is linked. Part writers hold a shared ``flock`` on it and
 finalize an exclusive one, and a writer that gets its lock on a sealed file or a received part writes nothing, so
 no late or duplicate part can ever write into a stored blob.
 """

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import os
 import tarfile
 from collections.abc import Iterator, Sequence
 
 from aicenter.storage.blobs import BlobStore
+from aicenter.storage.gc import quarantine_damaged
 from aicenter.storage.manifest import FileEntry
 
 BLOCK = tarfile.BLOCKSIZE  # 512
@@ -43,7 +45,7 @@ def iter_tar(store: BlobStore, entries: Sequence[FileEntry], *, chunk: int = 1 <
 
     Raises:
         FileNotFoundError: a blob is not stored (the stream breaks off; fsck reports such blobs).
-        OSError: a blob is shorter than its manifest entry says.
+        OSError: a blob has another length than its manifest entry says (it is quarantined first).
     """
     buf = bytearray()
     total = 0
@@ -54,6 +56,11 @@ def iter_tar(store: BlobStore, entries: Sequence[FileEntry], *, chunk: int = 1 <
             yield bytes(buf)
             buf.clear()
         with store.open(entry.sha256) as f:
+            if (stored := os.fstat(f.fileno()).st_size) != entry.size:
+                # Damaged (written through a hard link, say): quarantined as fsck --repair would, and the stream
+                # breaks off here rather than carry other bytes under this entry's name.
+                quarantine_damaged(store, entry.sha256, f"{stored} bytes where its manifest says {entry.size}")
+                raise OSError(errno.EIO, f"blob {entry.sha256} of {entry.path} is damaged and was quarantined")
             left = entry.size
             while left:
                 data = f.read(min(chunk - len(buf), left) if buf else min(chunk, left))

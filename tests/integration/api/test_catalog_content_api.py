@@ -247,3 +247,90 @@ async def test_shared_to_workspace_reads_for_members_only(client: httpx.AsyncCli
     assert r.status_code == 200, r.text
     assert (await client.get(f"{base}/files/README.md", headers=bob.headers)).content == FILES["README.md"]
     assert (await client.get(f"{base}/files/README.md", headers=carol.headers)).status_code == 404
+
+
+async def test_a_blob_of_the_wrong_length_is_quarantined_not_served(
+    client: httpx.AsyncClient, db: Database, app: FastAPI
+) -> None:
+    alice, base = await _flowers(client, db)
+    store = app.state.ctx.store
+    data = FILES["data/train.csv"]
+    blob = store.path(sha(data))
+    # What a job could do through a hard link of a mounted input before inputs were read-only mounts.
+    os.chmod(blob, 0o600)
+    blob.write_bytes(blob.read_bytes() + b"evil,0\n")
+
+    r = await client.get(f"{base}/files/data/train.csv", headers=alice.headers)
+    assert r.status_code == 500, r.text
+    error = r.json()["error"]
+    assert error["code"] == "damaged"
+    assert "quarantined" in error["message"]
+    assert error["details"] == {
+        "sha256": sha(data),
+        "problem": "length",
+        "size": len(data) + 7,
+        "expected": len(data),
+    }
+    assert b"evil" not in r.content
+    assert not blob.exists()
+    assert sha(data) in [p.name.split(".")[0] for p in store.quarantine_dir.iterdir()]
+    # Ranges of it are refused too; what fsck says agrees: the blob is now missing, nothing is damaged.
+    ranged = await client.get(f"{base}/files/data/train.csv", headers={**alice.headers, "Range": "bytes=0-3"})
+    assert (ranged.status_code, ranged.json()["error"]["code"]) == (500, "damaged")
+    assert ranged.json()["error"]["details"]["problem"] == "missing"
+    admin = await admin_login(client)
+    fsck = await client.post(f"{API}/admin/storage/fsck", json={"repair": False}, headers=admin.headers)
+    assert (fsck.json()["missing"], fsck.json()["damaged"]) == ([sha(data)], [])
+    for path, other in FILES.items():
+        if path != "data/train.csv":
+            assert (await client.get(f"{base}/files/{path}", headers=alice.headers)).content == other
+
+
+async def test_a_blob_of_the_right_length_but_wrong_bytes_is_cut_short_and_quarantined(
+    client: httpx.AsyncClient, db: Database, app: FastAPI
+) -> None:
+    alice, base = await _flowers(client, db)
+    store = app.state.ctx.store
+    data = FILES["data/blob.bin"]
+    blob = store.path(sha(data))
+    os.chmod(blob, 0o600)
+    blob.write_bytes(b"X" + data[1:])  # same length: only hashing while it streams can tell
+
+    # The response has started (200, Content-Length) when the hash is known: the server breaks it off, and the
+    # held-back last bytes (here the only piece) never leave.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url=client.base_url) as raw:
+        cut = await raw.get(f"{base}/files/data/blob.bin", headers=alice.headers)
+    assert (cut.status_code, cut.headers["content-length"], cut.content) == (200, str(len(data)), b"")
+    assert not blob.exists()
+    admin = await admin_login(client)
+    fsck = await client.post(f"{API}/admin/storage/fsck", json={"repair": False}, headers=admin.headers)
+    assert (fsck.json()["missing"], fsck.json()["damaged"]) == ([sha(data)], [])
+    again = await client.get(f"{base}/files/data/blob.bin", headers=alice.headers)
+    assert (again.status_code, again.json()["error"]["code"]) == (500, "damaged")
+    intact = await client.get(f"{base}/files/README.md", headers=alice.headers)
+    assert intact.content == FILES["README.md"]
+
+
+async def test_a_large_download_is_verified_piece_by_piece_and_held_back_at_the_end(
+    client: httpx.AsyncClient, db: Database, app: FastAPI
+) -> None:
+    alice = await make_user(db, client, "alice")
+    item = await create_item(client, alice, "datasets", "large")
+    big = os.urandom((5 << 20) // 2)  # 2.5 MiB: two full 1 MiB pieces and a half one
+    other = os.urandom(len(big))
+    await upload_version(client, alice, "datasets", item["id"], {"big.bin": big, "other.bin": other})
+    base = f"{API}/datasets/{item['id']}/versions/1"
+    whole = await client.get(f"{base}/files/other.bin", headers=alice.headers)
+    assert whole.content == other
+
+    blob = app.state.ctx.store.path(sha(big))
+    os.chmod(blob, 0o600)
+    blob.write_bytes(big[:-1] + bytes([big[-1] ^ 1]))  # the last byte flipped
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url=client.base_url) as raw:
+        cut = await raw.get(f"{base}/files/big.bin", headers=alice.headers)
+    assert cut.status_code == 200
+    # The pieces before the last went out; the last, which completes the hash, did not.
+    assert cut.content == big[: 2 << 20]
+    assert not blob.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import zipfile
 from typing import Any
 
 import httpx
@@ -232,3 +233,92 @@ async def test_quota_exceeded_says_by_how_much(client: httpx.AsyncClient, db: Da
     assert "by 100" in error["message"], error["message"]
     assert (error["details"]["limit"], error["details"]["over"]) == (1000, 100)
     assert await _versions(client, alice, item["id"]) == [1]
+
+
+def _bomb(fmt: str, size: int) -> bytes:
+    """An archive of one file of ``size`` zero bytes: a few KiB that expand to ``size``."""
+    out = io.BytesIO()
+    if fmt == "zip":
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("zeros.bin", bytes(size))
+    else:
+        with tarfile.open(fileobj=out, mode="w:gz") as tar:
+            info = tarfile.TarInfo("zeros.bin")
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    return out.getvalue()
+
+
+def _blob_count(app: FastAPI) -> int:
+    return sum(1 for _ in app.state.ctx.store.iter_blobs())
+
+
+async def _quota(client: httpx.AsyncClient, user: Login, limit: int) -> None:
+    admin = await admin_login(client)
+    workspace = await workspace_of(client, user)
+    r = await client.put(f"{API}/workspaces/{workspace}/storage", json={"limit": limit}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar.gz"])
+async def test_an_archive_declaring_more_than_the_quota_is_refused_before_it_expands(
+    client: httpx.AsyncClient, db: Database, app: FastAPI, fmt: str
+) -> None:
+    alice = await make_user(db, client, "alice")
+    await _quota(client, alice, 1 << 20)
+    item = await create_item(client, alice, "datasets", "bomb")
+    bomb = _bomb(fmt, 64 << 20)
+    assert len(bomb) < 1 << 20  # the upload itself fits the quota; only its expansion does not
+    blobs = _blob_count(app)
+
+    upload = await start_upload(client, alice, "datasets", item["id"], {f"bomb.{fmt}": bomb}, archive=fmt)
+    await send_all(client, alice, upload, [bomb])
+    r = await client.post(f"{API}/uploads/{upload['id']}/commit", headers=alice.headers)
+
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "quota_exceeded"), r.text
+    error = r.json()["error"]
+    assert f"declares at least 64.0 MiB of files ({64 << 20} bytes)" in error["message"], error["message"]
+    assert (error["details"]["declared"], error["details"]["limit"]) == (64 << 20, 1 << 20)
+    assert _blob_count(app) == blobs  # not the expanded file, not the archive's own blob
+    assert await _versions(client, alice, item["id"]) == []
+    assert list(app.state.ctx.store.tmp_dir.iterdir()) == []
+
+
+async def test_a_refused_archive_commit_deletes_the_blobs_it_wrote_at_once(
+    client: httpx.AsyncClient, db: Database, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = await make_user(db, client, "alice")
+    item = await create_item(client, alice, "datasets", "late")
+    await upload_version(client, alice, "datasets", item["id"], {"shared.txt": b"kept by version 1\n"})
+    await _quota(client, alice, 64 << 10)
+    blobs = _blob_count(app)
+    new = os.urandom(16) + bytes(256 << 10)  # new content, and a small upload that expands beyond the quota
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in (("shared.txt", b"kept by version 1\n"), ("new.bin", new)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    # The quota read before expansion is stale (as when a concurrent commit used the room meanwhile): the
+    # archive expands, and the commit's own check in its transaction refuses it.
+    monkeypatch.setattr("aicenter.services.catalog._uploads.storage_room", _no_room_known)
+
+    upload = await start_upload(client, alice, "datasets", item["id"], {"data.tgz": out.getvalue()}, archive="tar.gz")
+    await send_all(client, alice, upload, [out.getvalue()])
+    r = await client.post(f"{API}/uploads/{upload['id']}/commit", headers=alice.headers)
+
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "quota_exceeded"), r.text
+    assert _blob_count(app) == blobs  # the new file and the archive are gone; version 1's blob stays
+    assert await _versions(client, alice, item["id"]) == [1]
+    v1 = await client.get(f"{API}/datasets/{item['id']}/versions/1/files/shared.txt", headers=alice.headers)
+    assert v1.content == b"kept by version 1\n"
+    # The session stays open with its staged archive: once there is room, the same commit succeeds.
+    await _quota(client, alice, 1 << 20)
+    again = await client.post(f"{API}/uploads/{upload['id']}/commit", headers=alice.headers)
+    assert again.status_code == 201, again.text
+    v2 = await client.get(f"{API}/datasets/{item['id']}/versions/2/files/new.bin", headers=alice.headers)
+    assert v2.content == new
+
+
+async def _no_room_known(*_: Any) -> None:
+    return None

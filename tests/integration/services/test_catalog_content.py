@@ -73,9 +73,10 @@ async def test_get_file_and_archive_entries(db: Database, tmp_path: Path) -> Non
     store = make_store(tmp_path)
     item_id = await _dataset(db, p, store)
     async with db.read() as session:
-        view, blob = await catalog.get_file(session, p.alice, store, DS, item_id, 1, "data/test.tsv")
+        view, blob, st = await catalog.get_file(session, p.alice, store, DS, item_id, 1, "data/test.tsv")
         assert blob.read_bytes() == FILES["data/test.tsv"]
         assert blob == store.path(view.sha256)
+        assert st.st_size == len(FILES["data/test.tsv"])
         for bad in ("nope.txt", "../etc/passwd", "/README.md", "data"):
             with pytest.raises(NotFound):
                 await catalog.get_file(session, p.alice, store, DS, item_id, 1, bad)

@@ -190,3 +190,45 @@ def test_huge_pax_header_is_refused_without_reading_it(store: BlobStore, tmp_pat
     archive.write_bytes(info.tobuf(tarfile.USTAR_FORMAT) + b"\0" * 1024)
     with pytest.raises(UnsafeArchive, match="header larger than 16 MiB"):
         expand_archive(archive, "tar", store, **LIMITS)
+
+
+class _Refused(Exception):
+    pass
+
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
+def test_a_declared_size_the_caller_refuses_stops_the_expansion_before_a_byte_is_written(
+    store: BlobStore, tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = [100, 200, 300]
+    archive = tmp_path / "a"
+    if fmt == "zip":
+        with zipfile.ZipFile(archive, "w") as zf:
+            for i, size in enumerate(sizes):
+                zf.writestr(f"f{i}", bytes(size))
+    else:
+        make_tar(archive, [reg(f"f{i}", bytes(size)) for i, size in enumerate(sizes)], "w:gz")
+    seen: list[int] = []
+
+    def quota(declared: int) -> None:
+        seen.append(declared)
+        if declared > 250:
+            raise _Refused(declared)
+
+    def no_writes(*_: object) -> None:
+        raise AssertionError("the second pass started")
+
+    monkeypatch.setattr("aicenter.storage.archives._Writer.__init__", no_writes)
+    before = blob_names(store)
+    with pytest.raises(_Refused):
+        expand_archive(archive, fmt, store, check_declared=quota, **LIMITS)
+    assert seen == [100, 300]  # the running total, refused at the entry that passes the quota
+    assert blob_names(store) == before
+    assert list(store.tmp_dir.iterdir()) == []
+
+
+def test_expansion_reports_the_blobs_it_added_not_those_already_stored(store: BlobStore, tmp_path: Path) -> None:
+    store.put_bytes(b"a,b\n1,2\n")
+    created: set[str] = set()
+    expand_archive(make_tar(tmp_path / "a", GOOD), "tar", store, created=created, **LIMITS)
+    assert created == {sha(b"print(1)\n")}

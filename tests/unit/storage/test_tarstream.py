@@ -83,10 +83,16 @@ def test_memory_stays_flat_for_a_large_file(store: BlobStore) -> None:
     assert peak < 4 * chunk
 
 
-def test_a_short_blob_breaks_the_stream(store: BlobStore) -> None:
-    entry = put(store, "a", b"abc")
-    with pytest.raises(OSError, match="shorter than 10 bytes"):
-        b"".join(iter_tar(store, [FileEntry("a", 10, entry.sha256)]))
+@pytest.mark.parametrize("declared", [2, 10])
+def test_a_blob_of_the_wrong_length_breaks_the_stream_and_is_quarantined(store: BlobStore, declared: int) -> None:
+    good = put(store, "a", b"good")
+    entry = put(store, "b", b"abc")
+    pieces = iter_tar(store, [good, FileEntry("b", declared, entry.sha256)], chunk=512)
+    with pytest.raises(OSError, match="damaged and was quarantined"):
+        b"".join(pieces)
+    assert not store.exists(entry.sha256)
+    assert [p.name.split(".")[0] for p in store.quarantine_dir.iterdir()] == [entry.sha256]
+    assert store.exists(good.sha256)
 
 
 @pytest.mark.parametrize("chunk", [512, 1024, 1536, 4096])

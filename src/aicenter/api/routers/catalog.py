@@ -7,17 +7,17 @@ error and never a truncated download; bytes are streamed after the request's ses
 
 from __future__ import annotations
 
-import os
+from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-import anyio
 from fastapi import APIRouter, Query, status
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from aicenter.api.access import Access, access
+from aicenter.api.blobresponse import BlobResponse
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
 from aicenter.api.schemas.catalog import (
@@ -40,7 +40,7 @@ from aicenter.api.schemas.catalog import (
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.core.catalog import ItemKind, Scope, Visibility
 from aicenter.services import catalog
-from aicenter.storage import BlobStore, FileEntry, iter_tar
+from aicenter.storage import BlobStore, FileEntry, iter_tar, quarantine_damaged
 
 Sort = Literal["-updated_at", "updated_at", "name", "-name", "created_at", "-created_at"]
 
@@ -48,6 +48,7 @@ _FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes; ETag is its sha256."},
     206: {"content": {"application/octet-stream": {}}, "description": "The requested byte range."},
     416: {"description": "The range lies beyond the end of the file (Content-Range: bytes */size)."},
+    500: {"description": "`damaged`: the stored content is missing or has the wrong length (then quarantined)."},
 }
 _TAR_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/x-tar": {}}, "description": "An uncompressed POSIX tar, streamed."}
@@ -60,13 +61,6 @@ def _attachment(filename: str) -> str:
     if quoted == filename:
         return f'attachment; filename="{filename}"'
     return f"attachment; filename*=utf-8''{quoted}"
-
-
-class _BlobResponse(FileResponse):
-    """A file answer read 1 MiB at a time: Starlette's 64 KiB chunks cost a worker-thread round trip each, 32,768
-    of them for a 2 GiB file, and kept a download well below the disk's speed."""
-
-    chunk_size = 1 << 20
 
 
 def _tar_response(store: BlobStore, entries: list[FileEntry], filename: str) -> StreamingResponse:
@@ -272,12 +266,13 @@ def catalog_router(kind: ItemKind) -> APIRouter:
     ) -> FileResponse:
         """The file's bytes. Supports ``Range: bytes=a-b`` (206 with Content-Range; 416 beyond the end) and
         ``If-Range`` with the ETag, which is the file's sha256, so an interrupted download resumes safely."""
-        view, blob = await catalog.get_file(session, actor, ctx.store, kind, item_id, number, path)
-        # stat here rather than in the response: a blob missing from the store is then a logged 500 before
-        # any byte is sent, instead of an error after the response started.
-        stat_result = await anyio.to_thread.run_sync(os.stat, blob)
-        return _BlobResponse(
+        # The service checks the blob's length and gives its stat: a missing or damaged blob is a 500 `damaged`
+        # before any byte is sent, instead of an error (or wrong bytes) after the response started.
+        view, blob, stat_result = await catalog.get_file(session, actor, ctx.store, kind, item_id, number, path)
+        return BlobResponse(
             blob,
+            sha256=view.sha256,
+            on_damaged=partial(quarantine_damaged, ctx.store, view.sha256),
             filename=PurePosixPath(view.path).name,
             stat_result=stat_result,
             headers={"ETag": f'"{view.sha256}"'},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -22,7 +23,7 @@ from aicenter.db.pagination import Page, paginate
 from aicenter.services.catalog._access import load_version
 from aicenter.services.catalog._views import FileView, Preview, file_view
 from aicenter.services.context import Actor
-from aicenter.storage import BlobStore, FileEntry, check_path
+from aicenter.storage import BlobStore, FileEntry, check_path, checked_blob
 
 PREVIEW_BYTES = 64 * 1024
 PREVIEW_ROWS = 20
@@ -80,11 +81,19 @@ async def _file_row(session: AsyncSession, version_id: int, path: str, label: st
 
 async def get_file(
     session: AsyncSession, actor: Actor, store: BlobStore, kind: ItemKind, item_id: int, number: int, path: str
-) -> tuple[FileView, Path]:
-    """One file of the version and the path of its blob, to stream (the blob may be gone: fsck reports it)."""
+) -> tuple[FileView, Path, os.stat_result]:
+    """One file of the version, the path of its blob and the blob's stat, to stream.
+
+    The blob's length is checked against the manifest before a byte is sent, so that damaged content is never
+    served under the file's sha256 as ETag.
+
+    Raises:
+        Damaged: the blob is missing from the store, or has another length (it is then quarantined).
+    """
     item, version = await load_version(session, actor, kind, item_id, number, content=True)
     row = await _file_row(session, version.id, path, f"{kind.value} {item.name}:{number}")
-    return file_view(row), store.path(row.sha256)
+    stat_result = await asyncio.to_thread(checked_blob, store, row.sha256, row.size)
+    return file_view(row), store.path(row.sha256), stat_result
 
 
 async def archive_entries(

@@ -42,6 +42,46 @@ async def used_bytes(session: AsyncSession, workspace_id: int) -> int:
     return int(used or 0)
 
 
+@dataclass(frozen=True)
+class StorageRoom:
+    """A workspace's storage quota and use, read before bytes are written (an archive's declared size)."""
+
+    workspace: str
+    limit_bytes: int
+    used_bytes: int
+
+    def check_archive(self, declared: int) -> None:
+        """Raise QuotaExceeded when an archive whose headers so far declare ``declared`` bytes cannot fit.
+
+        Sync (called from the thread that reads the archive's headers). The commit's own check inside the write
+        transaction still runs: this one only stops a bomb before it expands.
+        """
+        over = self.used_bytes + declared - self.limit_bytes
+        if over > 0:
+            raise QuotaExceeded(
+                f"the archive declares at least {human_bytes(declared)} of files ({declared} bytes); storing them "
+                f"({human_bytes(self.used_bytes)} used) exceeds the storage quota of workspace {self.workspace} "
+                f"({human_bytes(self.limit_bytes)}) by {human_bytes(over)}. Nothing was expanded",
+                details={
+                    "limit": self.limit_bytes,
+                    "used": self.used_bytes,
+                    "requested": declared,
+                    "declared": declared,
+                    "over": over,
+                },
+            )
+
+
+async def storage_room(session: AsyncSession, workspace_id: int | None) -> StorageRoom | None:
+    """The workspace's quota and current use; None when it has no quota (or for presets)."""
+    if workspace_id is None:
+        return None
+    workspace = await session.get(Workspace, workspace_id)
+    if workspace is None or workspace.storage_quota_bytes is None:
+        return None
+    return StorageRoom(workspace.name, workspace.storage_quota_bytes, await used_bytes(session, workspace_id))
+
+
 async def check_storage_quota(session: AsyncSession, workspace_id: int | None, extra_bytes: int) -> None:
     """Raise QuotaExceeded if adding ``extra_bytes`` to the workspace passes its storage quota.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from aicenter.db.engine import Database
 from aicenter.db.models import CatalogItem, CatalogVersion, UploadSession
 from aicenter.services import audit
 from aicenter.services.catalog._access import check_storage_quota, load_item_for_write
+from aicenter.services.catalog._discard import discard_refused_blobs
+from aicenter.services.catalog._quota import StorageRoom, storage_room
 from aicenter.services.catalog._versions import add_version
 from aicenter.services.catalog._views import VersionView, version_view
 from aicenter.services.context import Actor
@@ -354,7 +357,9 @@ async def commit_upload(
     Runs in three steps so that no transaction is open while bytes move: a read that authorizes, the
     verification and move of the staged files into the store (archives: expansion) in a thread, then one
     write transaction that adds the version and marks the session committed. Retrying after any failure is
-    safe; retrying after success answers with the same version.
+    safe; retrying after success answers with the same version. An archive's declared size is checked against
+    the workspace's remaining quota before it expands, and a refused archive commit deletes the blobs it added at
+    once (``_discard``); the session stays open.
 
     Raises:
         NotFound: no such upload of this actor.
@@ -362,7 +367,7 @@ async def commit_upload(
         UploadIncomplete: parts are missing (``details["missing"]``: ``[{"index", "path", "parts"}]``).
         HashMismatch: a file does not hash to its declared sha256.
         UnsafeArchive: the archive holds links, devices, unsafe paths, or expands beyond the limits.
-        QuotaExceeded: the version does not fit the workspace's storage quota.
+        QuotaExceeded: the version (or the size an archive declares) does not fit the workspace's storage quota.
     """
     async with db.read() as session:
         row = await _load_own(session, actor, upload_id)
@@ -372,8 +377,34 @@ async def commit_upload(
         files: list[list[Any]] = list(row.files)
         needed: list[int] = list(row.needed)
         part_size, archive = row.part_size, row.archive
+        room = None
+        if archive is not None:
+            workspace_id = await session.scalar(select(CatalogItem.workspace_id).where(CatalogItem.id == row.item_id))
+            room = await storage_room(session, workspace_id)
 
-    entries = await _finalize(store, settings, upload_id, files, needed, part_size, archive)
+    # The blobs this commit adds to the store; deleted at once if the commit is then refused.
+    created: set[str] = set()
+    try:
+        return await _commit(db, actor, store, settings, upload_id, files, needed, part_size, archive, room, created)
+    except Exception:
+        await discard_refused_blobs(db, store, created, upload_id=upload_id)
+        raise
+
+
+async def _commit(
+    db: Database,
+    actor: Actor,
+    store: BlobStore,
+    settings: Settings,
+    upload_id: int,
+    files: Sequence[Sequence[Any]],
+    needed: Sequence[int],
+    part_size: int,
+    archive: Mapping[str, Any] | None,
+    room: StorageRoom | None,
+    created: set[str],
+) -> VersionView:
+    entries = await _finalize(store, settings, upload_id, files, needed, part_size, archive, room, created)
 
     async with db.write() as session:
         # Re-read under the row lock: a concurrent commit of the same session may have won.
@@ -403,8 +434,14 @@ async def _finalize(
     needed: Sequence[int],
     part_size: int,
     archive: Mapping[str, Any] | None,
+    room: StorageRoom | None,
+    created: set[str],
 ) -> list[FileEntry]:
-    """Verify the staged files and move them into the store; the version's entries (expanded archives)."""
+    """Verify the staged files and move them into the store; the version's entries (expanded archives).
+
+    ``room``: the workspace's quota, which an archive's declared size is checked against before it expands.
+    ``created``: receives the blobs an archive commit adds (the expanded files, the archive's own link).
+    """
     staging = Staging(store)
     try:
         hashes = await asyncio.to_thread(
@@ -414,13 +451,18 @@ async def _finalize(
         raise _incomplete(exc, files) from None
     if archive is not None:
         # Expanded from the staged file, which finalize verified and linked into the store without moving it.
+        data = staging.data_path(upload_id, 0)
+        if await asyncio.to_thread(_same_file, data, store.path(hashes[0])):
+            created.add(hashes[0])  # the link is this upload's, not a blob stored before
         entries = await asyncio.to_thread(
             expand_archive,
-            staging.data_path(upload_id, 0),
+            data,
             str(archive["format"]),
             store,
             max_bytes=settings.archive_max_bytes,
             max_entries=settings.archive_max_entries,
+            check_declared=room.check_archive if room is not None else None,
+            created=created,
         )
     else:
         entries = [
@@ -442,6 +484,13 @@ async def _finalize(
         )
     await asyncio.to_thread(store.sync)
     return entries
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return False
 
 
 def _incomplete(exc: UploadIncomplete, files: Sequence[Sequence[Any]]) -> UploadIncomplete:
