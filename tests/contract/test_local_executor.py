@@ -76,6 +76,13 @@ class TestLocalExecutor(ExecutorContract):
         await self.wait_exited(executor, handle)
         assert lines(await self.read_log(executor, handle)) == [f"[{cpu}]".encode()]
 
+    async def test_a_command_killed_by_a_signal_exits_with_minus_the_signal(
+        self, executor: Executor, launch: Any
+    ) -> None:
+        handle = await launch("kill -USR1 $$")
+        status = await self.wait_exited(executor, handle)
+        assert (status.exit_code, status.reason) == (-signal.SIGUSR1, f"signal {int(signal.SIGUSR1)}")
+
     async def test_missing_workdir_exits_with_launch_failed(self, executor: Executor, launch: Any, root: Path) -> None:
         handle = await launch("echo never", workdir=root / "missing")
         status = await executor.status(handle)
