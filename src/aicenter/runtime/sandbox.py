@@ -42,17 +42,16 @@ Not used, on purpose:
   as the launcher's ``env``; an argument list is readable by every local user in ``/proc/<pid>/cmdline``, an
   environment only by the process's owner. The launcher's environment is scrubbed already (``child_env``).
 
-This module is imported by the launcher, so it uses the standard library only.
+This module is imported by the launcher, so it uses the standard library only, and its records are NamedTuples
+rather than dataclasses: ``dataclasses`` imports ``inspect``, ~7 ms of every sandboxed launch's start here.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "ETC_FILES",
@@ -92,9 +91,8 @@ _MOUNTED = ("/", TMP, "/proc", "/dev", SHM, "/etc")
 SETPRIV = "/usr/bin/setpriv"
 
 
-@dataclass(frozen=True, slots=True)
-class SandboxSpec:
-    """What one replica's sandbox shows and who the command runs as.
+class SandboxSpec(NamedTuple):
+    """What one replica's sandbox shows and who the command runs as (immutable, like a frozen dataclass).
 
     Attributes:
         read_only: Host paths bound read-only at the same path (code, inputs, the Python prefix, helpers).
@@ -211,8 +209,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     return argv + list(command)
 
 
-@dataclass(frozen=True, slots=True)
-class SandboxSupport:
+class SandboxSupport(NamedTuple):
     """Whether this host can sandbox replicas, and how.
 
     Attributes:
@@ -234,6 +231,8 @@ def probe(bwrap: str = "bwrap", timeout_s: float = 10.0) -> SandboxSupport:
     As root bwrap needs nothing more; as another user it needs unprivileged user namespaces, which some
     kernels (``kernel.unprivileged_userns_clone=0``) and container runtimes (a seccomp profile) refuse.
     """
+    import shutil  # lazy: the launcher, which imports this module for bwrap_argv, never probes (~2 ms)
+
     as_root = os.geteuid() == 0
     path = shutil.which(bwrap)
     if path is None:
