@@ -83,6 +83,24 @@ class TestLocalExecutor(ExecutorContract):
         status = await self.wait_exited(executor, handle)
         assert (status.exit_code, status.reason) == (-signal.SIGUSR1, f"signal {int(signal.SIGUSR1)}")
 
+    async def test_stop_without_its_launcher_leaves_nothing_of_a_command_ignoring_sigterm(
+        self, executor: Executor, launch: Any, root: Path
+    ) -> None:
+        handle = await launch("trap '' TERM; echo ready; while true; do sleep 0.1; done")
+        await self.wait_for_line(executor, handle, b"ready")
+        group = json.loads((Path(handle.run_dir) / STATUS_FILE).read_text())["child_pid"]
+        self.kill_supervisor(handle)
+        await self.make_executor(root).stop(handle, grace_s=0.5)
+
+        async def group_gone() -> bool:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        await poll(group_gone, "every process of the command's group to be killed", deadline_s=10.0)
+
     async def test_missing_workdir_exits_with_launch_failed(self, executor: Executor, launch: Any, root: Path) -> None:
         handle = await launch("echo never", workdir=root / "missing")
         status = await executor.status(handle)

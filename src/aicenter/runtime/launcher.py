@@ -185,21 +185,6 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _kill_group_but(pgid: int, sig: int, spared: int) -> None:
-    """Signal every process of group ``pgid`` except ``spared`` (bwrap's outer process, which would die)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == spared:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            # Fields after the command name: state, ppid, pgrp.
-            if int(stat[stat.rfind(b")") + 2 :].split()[2]) == pgid:
-                os.kill(int(entry), sig)
-        except (OSError, ValueError, IndexError):
-            continue
-
-
 def _command_argv(plan: LauncherPlan) -> list[str]:
     """``/bin/sh -c COMMAND``, inside bwrap when the plan has a sandbox."""
     argv = ["/bin/sh", "-c", plan.command]
@@ -245,7 +230,9 @@ class _Supervisor:
         if self.plan.sandbox is None:
             _kill_group(self.child.pid, signum)
         else:
-            _kill_group_but(self.child.pid, signum, self.child.pid)
+            from aicenter.runtime.sandbox import signal_sandbox  # imported already by _command_argv
+
+            signal_sandbox(self.child.pid, signum)
 
     def _write(self, **changes: Any) -> None:
         self.record.update(changes)

@@ -60,6 +60,7 @@ __all__ = [
     "SandboxSupport",
     "bwrap_argv",
     "probe",
+    "signal_sandbox",
 ]
 
 # The system, read-only. On a merged-/usr system most of these are symlinks into /usr and stay symlinks.
@@ -248,3 +249,26 @@ def probe(bwrap: str = "bwrap", timeout_s: float = 10.0) -> SandboxSupport:
         message = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
         return SandboxSupport(False, path, as_root, f"bwrap cannot build a sandbox here: {message}")
     return SandboxSupport(True, path, as_root)
+
+
+def signal_sandbox(pgid: int, sig: int) -> None:
+    """Send ``sig`` to every process of the sandbox's group ``pgid`` except its leader, bwrap's outer process.
+
+    bwrap's outer process dies of SIGTERM without passing it on, and its death would end ``wait`` on the
+    sandbox while the command, which may trap SIGTERM to checkpoint, still runs. Spared, it exits when the
+    command does, with its exit code. bwrap's init inside ignores the signal (it has no handler; only SIGKILL
+    reaches a namespace's init from outside), and SIGKILL to the whole group ends everything, so this is only
+    for the signals a command may handle. Processes that left the group (``setsid``) are not reached, as
+    without the sandbox.
+    """
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == pgid:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            # Fields after the command name (which may hold spaces and parentheses): state, ppid, pgrp.
+            if int(stat[stat.rfind(b")") + 2 :].split()[2]) == pgid:
+                os.kill(int(entry), sig)
+        except (OSError, ValueError, IndexError):
+            continue

@@ -47,6 +47,7 @@ from aicenter.runtime.files import (
     read_json,
     write_json_atomic,
 )
+from aicenter.runtime.sandbox import signal_sandbox
 
 __all__ = ["LocalExecutor"]
 
@@ -329,6 +330,11 @@ class LocalExecutor:
         launcher = _same_process(handle.pid, handle.start_time)
         if launcher is not None:
             _signal(launcher, signal.SIGTERM)
+        elif (child := self._child(record)) is not None and "sandbox" in (
+            read_json(Path(handle.run_dir) / PLAN_FILE) or {}
+        ):
+            # The command's group but bwrap's outer process, which would die and leave the command behind it.
+            signal_sandbox(child.pid, signal.SIGTERM)
         else:
             _signal_group(self._child(record), signal.SIGTERM)
         if await self._wait_ended(handle, grace_s):
