@@ -76,7 +76,11 @@ def create_app(
         tokens=TokenVerifier(settings.token_cache_s),
         secret_key=settings.resolve_secret_key(),
         store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
-        executors={"local": LocalExecutor(settings.jobs_path)},
+        executors={
+            "local": LocalExecutor(
+                settings.jobs_path, sandbox=settings.sandbox, sandbox_uid_base=settings.sandbox_uid_base
+            )
+        },
     )
     # The jobs' quota usage and "version in use" checks, plugged into those areas here, where the app is
     # assembled, rather than as a side effect of some module's import.

@@ -162,6 +162,19 @@ class Settings(BaseSettings):
         description="Time a replica gets after SIGTERM (stop, preemption, gang restart) to checkpoint and exit "
         "before it is killed.",
     )
+    sandbox: Literal["auto", "bwrap", "off"] = Field(
+        default="off",
+        description="Run each replica of the local executor in a bubblewrap sandbox: bwrap (always; a launch "
+        "fails where none can be made), auto (where bwrap works here), or off (every job user is trusted like "
+        "the server's Unix user).",
+    )
+    sandbox_uid_base: int = Field(
+        default=200_000,
+        ge=1000,
+        lt=2**31 - 2**24,
+        description="When the server runs as root, a sandboxed replica runs as uid and gid <this> + its "
+        "workspace id, never the server's. Pick a range no local account uses.",
+    )
     scheduler_policy: str = Field(
         default="default",
         description="The scheduling policy: a built-in name (fifo, priority, fair-share, tiresias, sjf, "

@@ -77,6 +77,11 @@ class ExecutorContract:
         """Whether the replica's command process still runs."""
         raise NotImplementedError
 
+    def base_env(self, root: Path) -> dict[str, str]:
+        """The variables of every plan the ``launch`` fixture makes (a sandboxed executor needs ``root``'s
+        gate files visible: it names ``root`` as the job's read-only data dir)."""
+        return {}
+
     # -- fixtures --------------------------------------------------------------------------------------------
 
     @pytest.fixture
@@ -104,7 +109,7 @@ class ExecutorContract:
                 attempt=0,
                 node=self.node,
                 command=command,
-                env={},
+                env=self.base_env(root),
                 run_dir=root / f"run{n}",
                 workdir=workdir,
             )

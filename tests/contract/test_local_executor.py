@@ -17,6 +17,7 @@ import pytest
 
 from aicenter.executors import Executor, LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState
 from aicenter.executors.local import LocalExecutor
+from aicenter.executors.local.sandboxing import SandboxMode, sandbox_support
 from aicenter.runtime.files import STATUS_FILE, write_json_atomic
 from tests.contract.executor_suite import PY, ExecutorContract, lines, poll
 
@@ -35,9 +36,10 @@ def _alive(pid: int | None, start_time: float | None) -> bool:
 
 class TestLocalExecutor(ExecutorContract):
     node = NODE
+    sandbox: SandboxMode = "off"
 
     def make_executor(self, root: Path) -> Executor:
-        return LocalExecutor(root, node_name=NODE)
+        return LocalExecutor(root, node_name=NODE, sandbox=self.sandbox)
 
     def kill_supervisor(self, handle: ReplicaHandle) -> None:
         os.kill(handle.pid, signal.SIGKILL)
@@ -74,6 +76,31 @@ class TestLocalExecutor(ExecutorContract):
         await self.wait_exited(executor, handle)
         assert lines(await self.read_log(executor, handle)) == [f"[{cpu}]".encode()]
 
+    async def test_a_command_killed_by_a_signal_exits_with_minus_the_signal(
+        self, executor: Executor, launch: Any
+    ) -> None:
+        handle = await launch("kill -USR1 $$")
+        status = await self.wait_exited(executor, handle)
+        assert (status.exit_code, status.reason) == (-signal.SIGUSR1, f"signal {int(signal.SIGUSR1)}")
+
+    async def test_stop_without_its_launcher_leaves_nothing_of_a_command_ignoring_sigterm(
+        self, executor: Executor, launch: Any, root: Path
+    ) -> None:
+        handle = await launch("trap '' TERM; echo ready; while true; do sleep 0.1; done")
+        await self.wait_for_line(executor, handle, b"ready")
+        group = json.loads((Path(handle.run_dir) / STATUS_FILE).read_text())["child_pid"]
+        self.kill_supervisor(handle)
+        await self.make_executor(root).stop(handle, grace_s=0.5)
+
+        async def group_gone() -> bool:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        await poll(group_gone, "every process of the command's group to be killed", deadline_s=10.0)
+
     async def test_missing_workdir_exits_with_launch_failed(self, executor: Executor, launch: Any, root: Path) -> None:
         handle = await launch("echo never", workdir=root / "missing")
         status = await executor.status(handle)
@@ -98,7 +125,8 @@ class TestLocalExecutor(ExecutorContract):
         )
         again = await executor.launch(plan)
         assert (again.pid, again.start_time) == (handle.pid, handle.start_time)
-        launchers = [p for p in psutil.process_iter(["cmdline"]) if handle.run_dir in " ".join(p.info["cmdline"] or [])]
+        plan_file = str(Path(handle.run_dir) / "plan.json")  # in a launcher's arguments (a sandbox's name its dir)
+        launchers = [p for p in psutil.process_iter(["cmdline"]) if plan_file in (p.info["cmdline"] or [])]
         assert [p.pid for p in launchers] == [handle.pid]
 
     async def test_a_second_launcher_for_a_run_dir_leaves_it_alone(self, executor: Executor, launch: Any) -> None:
@@ -166,10 +194,10 @@ class TestLocalExecutor(ExecutorContract):
             from aicenter.executors.local import LocalExecutor
 
             async def main():
-                ex = LocalExecutor(node_name={NODE!r})
+                ex = LocalExecutor(node_name={NODE!r}, sandbox={self.sandbox!r})
                 plan = ReplicaPlan(job_id=1, task="worker", replica=0, attempt=0, node={NODE!r},
                     command="echo up; while [ ! -f {gate} ]; do sleep 0.05; done; echo finished",
-                    env={{}}, run_dir=Path({str(root / "run")!r}), workdir=Path({str(root)!r}))
+                    env={self.base_env(root)!r}, run_dir=Path({str(root / "run")!r}), workdir=Path({str(root)!r}))
                 handle = await ex.launch(plan)
                 print(json.dumps(handle.to_dict()), flush=True)
                 await asyncio.sleep(600)
@@ -198,3 +226,18 @@ class TestLocalExecutor(ExecutorContract):
             return not _alive(handle.pid, handle.start_time)
 
         await poll(launcher_gone, "the launcher to exit after writing its final status")
+
+
+@pytest.mark.skipif(not sandbox_support().available, reason=f"no bwrap sandbox here: {sandbox_support().reason}")
+class TestSandboxedLocalExecutor(TestLocalExecutor):
+    """The same contract with every replica in a bubblewrap sandbox (as root: in its own uid)."""
+
+    sandbox: SandboxMode = "bwrap"
+
+    @pytest.fixture
+    def root(self, tmp_path: Path) -> Path:
+        tmp_path.chmod(0o755)  # pytest makes it 0700: the job's own uid could not look inside for gate files
+        return tmp_path
+
+    def base_env(self, root: Path) -> dict[str, str]:
+        return {"AICENTER_DATA_DIR": str(root)}

@@ -60,3 +60,20 @@ def test_fast_password_hashing_refused_outside_dev(tmp_path: Path, monkeypatch: 
 def test_unknown_password_hashing_profile_refused(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="production"):
         Settings(home=tmp_path, dev=True, password_hashing="none")  # type: ignore[arg-type]
+
+
+def test_sandbox_is_off_by_default_and_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert (Settings(home=tmp_path).sandbox, Settings(home=tmp_path).sandbox_uid_base) == ("off", 200_000)
+    monkeypatch.setenv("AICENTER_SANDBOX", "bwrap")
+    monkeypatch.setenv("AICENTER_SANDBOX_UID_BASE", "300000")
+    settings = Settings(home=tmp_path)
+    assert (settings.sandbox, settings.sandbox_uid_base) == ("bwrap", 300_000)
+
+
+def test_sandbox_settings_refuse_unknown_modes_and_system_uids(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="sandbox"):
+        Settings(home=tmp_path, sandbox="docker")
+    with pytest.raises(ValidationError, match="sandbox_uid_base"):
+        Settings(home=tmp_path, sandbox_uid_base=0)

@@ -109,6 +109,7 @@ class ReplicaPlan:
         cpu_milli: The CPU request, in milli-cores (accounting; pinning is done through ``cpus``).
         memory_bytes: The memory limit of the replica's whole process tree; 0 means none.
         python_bin: A virtual environment's ``bin/`` put first on ``PATH``, or None.
+        workspace_id: The job's workspace; a sandboxed replica of a root server runs as that workspace's uid.
     """
 
     job_id: int
@@ -125,6 +126,7 @@ class ReplicaPlan:
     cpu_milli: int = 0
     memory_bytes: int = 0
     python_bin: Path | None = None
+    workspace_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class LauncherPlan(NamedTuple):
         memory_bytes: The limit on the process tree's resident memory; 0 means none.
         python_bin: A directory put first on PATH, or None.
         label: A name for the launcher's own log lines, e.g. ``job 7 worker/1 attempt 0``.
+        sandbox: ``SandboxSpec.to_json()`` of the replica's sandbox (``aicenter.runtime.sandbox``), or None to
+            run the command unsandboxed.
     """
 
     command: str
@@ -70,9 +72,10 @@ class LauncherPlan(NamedTuple):
     memory_bytes: int = 0
     python_bin: str | None = None
     label: str = ""
+    sandbox: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "command": self.command,
             "workdir": self.workdir,
             "env": dict(self.env),
@@ -82,6 +85,9 @@ class LauncherPlan(NamedTuple):
             "python_bin": self.python_bin,
             "label": self.label,
         }
+        if self.sandbox is not None:  # absent rather than null: an unsandboxed plan reads as it always did
+            data["sandbox"] = self.sandbox
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LauncherPlan:
@@ -95,6 +101,7 @@ class LauncherPlan(NamedTuple):
             memory_bytes=int(data.get("memory_bytes") or 0),
             python_bin=data.get("python_bin"),
             label=str(data.get("label") or ""),
+            sandbox=data.get("sandbox"),
         )
 
 

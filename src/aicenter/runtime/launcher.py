@@ -16,6 +16,11 @@ run directory (see ``aicenter.runtime.files``). The launcher:
 5. when the command exits, kills what is left of its group, drains the output and writes the final
    ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0.
 
+With a sandbox in the plan (``aicenter.runtime.sandbox``), the command runs as ``bwrap ... /bin/sh -c`` in the
+same process group. bwrap's outer process dies of a SIGTERM (it forwards nothing), so a stop is sent to every
+other member of the group (the command's tree; bwrap's init inside ignores it); and bwrap reports a command
+killed by signal n as exit code 128+n, which the launcher records as -n, like an unsandboxed command's.
+
 Start-up time is the job's latency (and, with 200 replicas starting at once on 2 cores, CPU the API and the
 controllers need): the executor runs it with ``python -S -E`` and this module imports only what the first
 output line needs. ``psutil`` (~16 ms of imports) is loaded by the memory watchdog's thread, after the command
@@ -100,9 +105,13 @@ def child_env(plan: LauncherPlan, run_dir: Path, inherited: dict[str, str]) -> d
     """The command's environment: a few inherited basics, the plan's variables, then the launcher's own.
 
     ``CUDA_VISIBLE_DEVICES`` is always set, to ``""`` when the replica has no devices, so a CPU job never
-    grabs a GPU the scheduler gave to someone else.
+    grabs a GPU the scheduler gave to someone else. A sandboxed command gets ``HOME=/tmp`` (its private tmpfs).
     """
     env = {k: inherited[k] for k in INHERITED_VARIABLES if k in inherited}
+    if plan.sandbox is not None:
+        # The server's home and temporary dir are not in the sandbox; its private /tmp is.
+        env.pop("TMPDIR", None)
+        env["HOME"] = "/tmp"  # noqa: S108 - the sandbox's own tmpfs, not the host's /tmp
     env.update(plan.env)
     path = env.get("PATH") or DEFAULT_PATH
     if plan.python_bin:
@@ -176,6 +185,16 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _command_argv(plan: LauncherPlan) -> list[str]:
+    """``/bin/sh -c COMMAND``, inside bwrap when the plan has a sandbox."""
+    argv = ["/bin/sh", "-c", plan.command]
+    if plan.sandbox is None:
+        return argv
+    from aicenter.runtime.sandbox import SandboxSpec, bwrap_argv  # only sandboxed launches pay its import
+
+    return bwrap_argv(SandboxSpec.from_json(plan.sandbox), argv)
+
+
 class _Supervisor:
     """One replica's command, its output pumps, its memory watchdog and its status record."""
 
@@ -204,7 +223,16 @@ class _Supervisor:
         _log("INFO", f"received signal {signum}, forwarding to the command")
         self.stop_signal = signum
         if self.child is not None and self.child.returncode is None:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        assert self.child is not None
+        if self.plan.sandbox is None:
             _kill_group(self.child.pid, signum)
+        else:
+            from aicenter.runtime.sandbox import signal_sandbox  # imported already by _command_argv
+
+            signal_sandbox(self.child.pid, signum)
 
     def _write(self, **changes: Any) -> None:
         self.record.update(changes)
@@ -246,7 +274,7 @@ class _Supervisor:
             return 0
         try:
             self.child = subprocess.Popen(
-                ["/bin/sh", "-c", plan.command],
+                _command_argv(plan),
                 cwd=plan.workdir,
                 env=child_env(plan, self.run_dir, dict(os.environ)),
                 stdin=subprocess.DEVNULL,
@@ -261,7 +289,7 @@ class _Supervisor:
             return 0
         child = self.child
         if self.stop_signal is not None:  # a stop that arrived while the command was being started
-            _kill_group(child.pid, self.stop_signal)
+            self._forward(self.stop_signal)
         started_at = utc_stamp()
         assert child.stdout is not None
         assert child.stderr is not None
@@ -279,6 +307,8 @@ class _Supervisor:
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
 
         exit_code = child.wait()
+        if plan.sandbox is not None and 128 < exit_code <= 128 + 64:
+            exit_code = 128 - exit_code  # bwrap's 128+n for a command killed by signal n
         self.finished.set()
         _kill_group(child.pid, signal.SIGKILL)  # what the command left behind in its group dies with it
         for pump in pumps:

@@ -36,6 +36,7 @@ from aicenter.executors.base import (
     ReplicaStatus,
 )
 from aicenter.executors.local.host import detect_host, node_name
+from aicenter.executors.local.sandboxing import SandboxMode, prepare_writable, sandbox_spec, sandbox_support
 from aicenter.runtime.files import (
     LAUNCHER_LOG,
     OUTPUT_FILE,
@@ -46,6 +47,7 @@ from aicenter.runtime.files import (
     read_json,
     write_json_atomic,
 )
+from aicenter.runtime.sandbox import signal_sandbox
 
 __all__ = ["LocalExecutor"]
 
@@ -114,15 +116,44 @@ class LocalExecutor:
         root: Base directory for plans whose ``run_dir`` is relative; None requires absolute run dirs.
         node_name: The name of this host's node; defaults to the host name, normalized like ``detect_host``.
         launch_timeout_s: How long ``launch`` waits for the launcher's first status record.
+        sandbox: ``off`` runs commands as the server's user, unsandboxed; ``bwrap`` runs each in a bubblewrap
+            sandbox (``aicenter.runtime.sandbox``) and refuses to launch where none can be made; ``auto`` sandboxes
+            where bwrap works and runs unsandboxed elsewhere.
+        sandbox_uid_base: As root, a sandboxed replica runs as uid and gid ``sandbox_uid_base + workspace id``.
     """
 
     name = "local"
 
-    def __init__(self, root: Path | None = None, node_name: str | None = None, launch_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        node_name: str | None = None,
+        launch_timeout_s: float = 30.0,
+        *,
+        sandbox: SandboxMode = "off",
+        sandbox_uid_base: int = 200_000,
+    ) -> None:
         self.root = root
         self.node_name = node_name or _default_node_name()
         self.launch_timeout_s = launch_timeout_s
+        self.sandbox = sandbox
+        self.sandbox_uid_base = sandbox_uid_base
         self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
+
+    def _sandbox_of(self, plan: ReplicaPlan, run_dir: Path) -> dict[str, Any] | None:
+        """The plan's sandbox as the launcher reads it, its writable paths made ready; None when off."""
+        if self.sandbox == "off":
+            return None
+        support = sandbox_support()
+        if not support.available or support.bwrap is None:
+            if self.sandbox == "auto":
+                return None
+            raise LaunchFailed(f"AICENTER_SANDBOX=bwrap but no sandbox can be made here: {support.reason}")
+        spec = sandbox_spec(
+            plan, run_dir, bwrap=support.bwrap, uid_base=self.sandbox_uid_base if support.as_root else None
+        )
+        prepare_writable(spec)
+        return spec.to_json()
 
     # -- launch ----------------------------------------------------------------------------------------------
 
@@ -160,6 +191,10 @@ class LocalExecutor:
         existing = read_json(run_dir / STATUS_FILE)
         if existing is not None and existing.get("launcher_pid"):
             return self._handle(run_dir, existing)
+        try:
+            sandbox = await asyncio.to_thread(self._sandbox_of, plan, run_dir)
+        except OSError as exc:
+            raise LaunchFailed(f"cannot prepare the sandbox of {run_dir}: {exc}") from exc
         launcher_plan = LauncherPlan(
             command=plan.command,
             workdir=str(plan.workdir),
@@ -169,6 +204,7 @@ class LocalExecutor:
             memory_bytes=plan.memory_bytes,
             python_bin=None if plan.python_bin is None else str(plan.python_bin),
             label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
+            sandbox=sandbox,
         )
         try:
             # In a thread: the plan is fsynced, which can take a while on a busy disk.
@@ -294,6 +330,11 @@ class LocalExecutor:
         launcher = _same_process(handle.pid, handle.start_time)
         if launcher is not None:
             _signal(launcher, signal.SIGTERM)
+        elif (child := self._child(record)) is not None and "sandbox" in (
+            read_json(Path(handle.run_dir) / PLAN_FILE) or {}
+        ):
+            # The command's group but bwrap's outer process, which would die and leave the command behind it.
+            signal_sandbox(child.pid, signal.SIGTERM)
         else:
             _signal_group(self._child(record), signal.SIGTERM)
         if await self._wait_ended(handle, grace_s):

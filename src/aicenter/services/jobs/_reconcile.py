@@ -451,7 +451,14 @@ def replica_plans(
             )
         )
     plans = build_plans(
-        info.id, info.spec, planned, job_dirs(jobs_path, info.id), python=python, api_url=api_url, token=token
+        info.id,
+        info.spec,
+        planned,
+        job_dirs(jobs_path, info.id),
+        python=python,
+        api_url=api_url,
+        token=token,
+        workspace_id=info.workspace_id,
     )
     by_key = {(p.task, p.replica): p for p in plans}
     wanted = set(replica_ids)

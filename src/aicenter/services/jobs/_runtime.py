@@ -265,6 +265,7 @@ def build_plans(
     python: Path,
     api_url: str,
     token: str = "",
+    workspace_id: int | None = None,
 ) -> list[ReplicaPlan]:
     """The plan of every replica, in rank order (tasks in spec order, then index). Pure: the same rows give the
     same plans, which is what lets a reconciler that restarted adopt replicas launched before it crashed.
@@ -317,6 +318,7 @@ def build_plans(
                 cpu_milli=replica.cpu_milli,
                 memory_bytes=replica.memory_bytes,
                 python_bin=python,
+                workspace_id=workspace_id,
             )
         )
     return plans

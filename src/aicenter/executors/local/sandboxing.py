@@ -1,0 +1,117 @@
+"""The sandbox of a local replica: which host paths and devices its ``SandboxSpec`` binds, and its uid.
+
+The spec is built from the plan alone: the job's directories are the ``AICENTER_*_DIR`` variables the plan's
+environment carries (``aicenter.runtime.env``), the Python it runs is ``python_bin`` (a venv image) or the
+server's own interpreter, and the devices are the indices the scheduler assigned.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+import aicenter
+from aicenter.executors.base import ReplicaPlan
+from aicenter.runtime.files import METRICS_FILE
+from aicenter.runtime.sandbox import SandboxSpec, SandboxSupport, probe
+
+__all__ = ["SandboxMode", "prepare_writable", "sandbox_spec", "sandbox_support"]
+
+SandboxMode = Literal["auto", "bwrap", "off"]
+
+_READ_ONLY_VARIABLES = ("AICENTER_CODE_DIR", "AICENTER_DATA_DIR")
+_READ_WRITE_VARIABLES = ("AICENTER_OUTPUT_DIR", "AICENTER_CHECKPOINT_DIR")
+# Nodes every NVIDIA process opens besides its /dev/nvidia<N>; missing ones are skipped by bwrap.
+_NVIDIA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
+
+@functools.cache
+def sandbox_support() -> SandboxSupport:
+    """``probe()``, once per process (it starts bwrap: ~5 ms)."""
+    return probe()
+
+
+@functools.cache
+def _server_python_paths() -> tuple[str, ...]:
+    """What the server's interpreter needs to run a job: its prefixes, and the dirs its ``.pth`` files add
+    (an editable install of aicenter points at a source tree), and this aicenter package itself."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths.add(str(Path(aicenter.__file__).resolve().parent))
+    for site in (p for p in sys.path if p.startswith(sys.prefix) and p.endswith("-packages")):
+        for pth in glob.glob(os.path.join(site, "*.pth")):
+            try:
+                lines = Path(pth).read_text().splitlines()
+            except OSError:
+                continue
+            paths.update(line for line in lines if line.startswith("/") and os.path.isdir(line))
+    return tuple(sorted(p for p in paths if p and os.path.exists(p)))
+
+
+def _venv_paths(python_bin: Path) -> list[str]:
+    """A venv image: its root, and the base interpreter's prefix its ``pyvenv.cfg`` names (``home``)."""
+    root = python_bin.parent
+    paths = [str(root)]
+    try:
+        for line in (root / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                paths.append(str(Path(value.strip()).parent))
+    except OSError:
+        pass
+    return paths
+
+
+def sandbox_spec(plan: ReplicaPlan, run_dir: Path, *, bwrap: str, uid_base: int | None) -> SandboxSpec:
+    """The sandbox of ``plan``'s replica.
+
+    Args:
+        plan: The replica's plan.
+        run_dir: Its run directory (absolute); only its metrics file is visible, read-write.
+        bwrap: The bwrap executable.
+        uid_base: When the server is root, the job runs as ``uid_base + workspace id`` (the base itself for a
+            plan without a workspace); None keeps the server's uid (an unprivileged user namespace).
+    """
+    read_only = [str(plan.workdir), *_server_python_paths()]
+    read_only += [plan.env[v] for v in _READ_ONLY_VARIABLES if plan.env.get(v)]
+    read_only += [p for p in plan.env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
+    if plan.python_bin is not None:
+        read_only += _venv_paths(Path(plan.python_bin))
+    read_write = [plan.env[v] for v in _READ_WRITE_VARIABLES if plan.env.get(v)]
+    read_write.append(str(run_dir / METRICS_FILE))
+    devices: list[str] = []
+    if plan.devices:
+        devices = [f"/dev/nvidia{d}" for d in plan.devices] + list(_NVIDIA_SHARED_NODES)
+    uid = None if uid_base is None else uid_base + (plan.workspace_id or 0)
+    return SandboxSpec(
+        read_only=tuple(dict.fromkeys(p for p in read_only if os.path.exists(p))),
+        read_write=tuple(dict.fromkeys(read_write)),
+        devices=tuple(devices),
+        workdir=str(plan.workdir),
+        uid=uid,
+        gid=uid,
+        bwrap=bwrap,
+    )
+
+
+def prepare_writable(spec: SandboxSpec) -> None:
+    """Make the spec's read-write paths exist (bwrap binds only what exists) and, with a uid, belong to it, so
+    the job can write them (the server, root, reads them whatever their owner). Directories are chowned with
+    what they already hold: a restarted attempt runs as the same uid and finds its checkpoints writable."""
+    gid = spec.uid if spec.gid is None else spec.gid
+    for raw in spec.read_write:
+        path = Path(raw)
+        if path.name == METRICS_FILE:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(exist_ok=True)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+        if spec.uid is None or gid is None:
+            continue
+        os.chown(path, spec.uid, gid)
+        for top, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), spec.uid, gid)
