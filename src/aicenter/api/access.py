@@ -19,7 +19,7 @@ class Access(StrEnum):
     ADMIN = "admin"  # platform admins only
 
 
-JOB_TOKEN_EXTENSION = "x-aicenter-job-token"
+JOB_TOKEN_EXTENSION = "x-aicenter-job-token"  # noqa: S105 - an OpenAPI extension name, not a secret
 
 
 def access(level: Access, *, job_token: bool = False) -> dict[str, Any]:

@@ -748,17 +748,23 @@ async def test_job_token_reads_only_its_own_job(
     params = _query(app, op, world)
     readable = bool(_spec(app, op).get(JOB_TOKEN_EXTENSION))
     if readable:
-        assert op.method == "get" and "job_id" in _path_params(op), f"{op.id}: job tokens may only read a job"
+        assert op.method == "get", f"{op.id}: job tokens may only read"
+        assert "job_id" in _path_params(op), f"{op.id}: job tokens may only read a job"
         own = await _call(client, op, _url(op, world), headers=headers, params=params)
-        assert own.status_code not in (401, 403, 404) and own.status_code < 500, f"{op.id}: {_explain(own)}"
+        assert own.status_code not in (401, 403, 404), f"{op.id}: {_explain(own)}"
+        assert own.status_code < 500, f"{op.id}: {_explain(own)}"
         other_url = _url(op, world).replace(f"/jobs/{world.job_id}", f"/jobs/{world.other_job_id}")
         response = await _call(client, op, other_url, headers=headers, params=params)
     else:
         body = _bodies(app, op, world)[0]
         response = await _call(
-            client, op, _url(op, world), headers=headers, body=body, params=params, extra_headers=_headers(
-                app, op, world, body
-            )
+            client,
+            op,
+            _url(op, world),
+            headers=headers,
+            body=body,
+            params=params,
+            extra_headers=_headers(app, op, world, body),
         )
     assert response.status_code == 403, f"{op.id} answered a job token: {_explain(response)}"
     error = response.json()["error"]
