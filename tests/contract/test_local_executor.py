@@ -35,6 +35,15 @@ def _alive(pid: int | None, start_time: float | None) -> bool:
         return False
 
 
+def _environ(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
 class TestLocalExecutor(ExecutorContract):
     node = NODE
 
@@ -72,7 +81,7 @@ class TestLocalExecutor(ExecutorContract):
         assert b"PATH=" in seen  # the job did read both environments
         assert b"AICENTER_ADMIN_PASSWORD" not in seen
         assert b"server-secret-password" not in seen
-        launcher_environ = Path(f"/proc/{handle.pid}/environ").read_bytes()
+        launcher_environ = _environ(handle.pid)
         assert launcher_environ  # readable: this test runs as the launcher's user
         assert b"server-secret-password" not in launcher_environ
         assert {v.partition(b"=")[0] for v in launcher_environ.split(b"\0") if v} <= {
@@ -84,9 +93,9 @@ class TestLocalExecutor(ExecutorContract):
         await self.wait_exited(executor, handle)
         assert lines(await self.read_log(executor, handle)) == [b"token=[acj_1_job-secret]"]
         run_dir = Path(handle.run_dir)
-        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+        assert _mode(run_dir) == 0o700
         plan_file = run_dir / "plan.json"
-        assert stat.S_IMODE(plan_file.stat().st_mode) == 0o600
+        assert _mode(plan_file) == 0o600
         plan = json.loads(plan_file.read_text())
         assert "AICENTER_TOKEN" not in plan["env"]
         assert "job-secret" not in plan_file.read_text()

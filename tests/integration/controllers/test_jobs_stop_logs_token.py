@@ -1,6 +1,6 @@
 """Service behaviour found by the training end-to-end test, on the real controllers and local executor (SQLite and
 PostgreSQL): a user's stop overrides a pending preemption; a followed log waits for a replica being launched and
-goes on across restarts; the job's API token works while the job runs and is revoked when it ends."""
+goes on across restarts; the job's token reads its job while the job runs and is revoked when it ends."""
 
 from __future__ import annotations
 
@@ -135,7 +135,12 @@ async def test_a_followed_log_goes_on_across_restarts(
     assert _texts(output) == ["attempt 0", "attempt 1"]
 
 
-async def test_the_jobs_token_acts_as_its_user_until_the_job_ends(
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(v.decode().split("=", 1) for v in f.read().split(b"\0") if b"=" in v)
+
+
+async def test_the_jobs_token_reads_its_job_until_the_job_ends(
     app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
 ) -> None:
     job_id = await submit(db, alice, job_spec("api", "sleep 60"))
@@ -147,8 +152,7 @@ async def test_the_jobs_token_acts_as_its_user_until_the_job_ends(
     # The launcher drops the token from the plan once read: the replica's environment is the one place left.
     assert "AICENTER_TOKEN" not in json.loads((run_dir / "plan.json").read_text())["env"]
     child_pid = json.loads((run_dir / "status.json").read_text())["child_pid"]
-    environ = dict(v.split("=", 1) for v in Path(f"/proc/{child_pid}/environ").read_text().split("\0") if "=" in v)
-    token = environ["AICENTER_TOKEN"]
+    token = _environ(child_pid)["AICENTER_TOKEN"]
     verifier = TokenVerifier(cache_s=0)
     actor, kind = await verifier.verify(db, token)
     assert (actor.user_id, actor.username, kind, actor.job_id) == (alice.user_id, "alice", "job", job_id)

@@ -36,7 +36,6 @@ from aicenter.executors.base import (
     ReplicaStatus,
 )
 from aicenter.executors.local.host import detect_host, node_name
-from aicenter.runtime.launcher import launcher_env
 from aicenter.runtime.files import (
     LAUNCHER_LOG,
     OUTPUT_FILE,
@@ -47,6 +46,7 @@ from aicenter.runtime.files import (
     read_json,
     write_json_atomic,
 )
+from aicenter.runtime.launcher import launcher_env
 
 __all__ = ["LocalExecutor"]
 
