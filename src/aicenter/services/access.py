@@ -44,6 +44,15 @@ async def require_workspace_admin(session: AsyncSession, actor: Actor, workspace
     return workspace
 
 
+async def may_read_user_data(session: AsyncSession, actor: Actor, workspace_id: int) -> bool:
+    """Whether ``require_user_data_access`` lets the actor through (for pages that hide what it would refuse)."""
+    try:
+        await require_user_data_access(session, actor, workspace_id, "user data")
+    except Forbidden:
+        return False
+    return True
+
+
 async def require_user_data_access(session: AsyncSession, actor: Actor, workspace_id: int, what: str) -> None:
     """Let a platform admin who is not a member of the workspace read its users' data (``what``: job logs)
     only when the workspace granted it (``Workspace.admins_read_logs``); members always may.
