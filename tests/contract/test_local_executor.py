@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import sys
 import textwrap
 from dataclasses import replace
@@ -19,6 +20,7 @@ from aicenter.executors import Executor, LaunchFailed, ReplicaHandle, ReplicaPla
 from aicenter.executors.local import LocalExecutor
 from aicenter.executors.local.sandboxing import SandboxMode, sandbox_support
 from aicenter.runtime.files import STATUS_FILE, write_json_atomic
+from aicenter.runtime.launcher import INHERITED_VARIABLES
 from tests.contract.executor_suite import PY, ExecutorContract, lines, poll
 
 NODE = "contract-node"
@@ -32,6 +34,15 @@ def _alive(pid: int | None, start_time: float | None) -> bool:
         return abs(proc.create_time() - start_time) < 0.05 and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _environ(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 class TestLocalExecutor(ExecutorContract):
@@ -59,6 +70,37 @@ class TestLocalExecutor(ExecutorContract):
         out = lines(await self.read_log(executor, handle))
         assert out[:2] == [b"secret=[]", f"run={handle.run_dir}".encode()]
         assert out[2]  # a usable PATH
+
+    async def test_server_secrets_reach_neither_the_job_nor_its_launcher(
+        self, executor: Executor, launch: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The launcher stays outside the replica's sandbox, so its own environment is scrubbed too: a job that
+        reads ``/proc/$PPID/environ`` finds only the basics."""
+        monkeypatch.setenv("AICENTER_ADMIN_PASSWORD", "server-secret-password")
+        handle = await launch("env; tr '\\0' '\\n' < /proc/$PPID/environ; echo ready; exec sleep 600")
+        await self.wait_for_line(executor, handle, b"ready")
+        seen = await self.read_log(executor, handle)
+        assert b"PATH=" in seen  # the job did read both environments
+        assert b"AICENTER_ADMIN_PASSWORD" not in seen
+        assert b"server-secret-password" not in seen
+        launcher_environ = _environ(handle.pid)
+        assert launcher_environ  # readable: this test runs as the launcher's user
+        assert b"server-secret-password" not in launcher_environ
+        assert {v.partition(b"=")[0] for v in launcher_environ.split(b"\0") if v} <= {
+            name.encode() for name in INHERITED_VARIABLES
+        }
+
+    async def test_run_dir_is_private_and_the_plan_forgets_the_token(self, executor: Executor, launch: Any) -> None:
+        handle = await launch('echo "token=[$AICENTER_TOKEN]"', env={"AICENTER_TOKEN": "acj_1_job-secret"})
+        await self.wait_exited(executor, handle)
+        assert lines(await self.read_log(executor, handle)) == [b"token=[acj_1_job-secret]"]
+        run_dir = Path(handle.run_dir)
+        assert _mode(run_dir) == 0o700
+        plan_file = run_dir / "plan.json"
+        assert _mode(plan_file) == 0o600
+        plan = json.loads(plan_file.read_text())
+        assert "AICENTER_TOKEN" not in plan["env"]
+        assert "job-secret" not in plan_file.read_text()
 
     async def test_python_bin_comes_first_on_path(self, executor: Executor, launch: Any, root: Path) -> None:
         venv_bin = root / "venv" / "bin"

@@ -60,13 +60,26 @@ TRAIN = textwrap.dedent(
     dist.init_process_group("gloo")  # MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK from the platform
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    if rank == 0:  # the job calls the platform's API as its user
+    if rank == 0:  # the job reads itself through the platform's API, as its user
         request = urllib.request.Request(
-            os.environ["AICENTER_API_URL"] + "/api/v1/users/me",
+            os.environ["AICENTER_API_URL"] + "/api/v1/jobs/" + os.environ["AICENTER_JOB_ID"],
             headers={"Authorization": "Bearer " + os.environ["AICENTER_TOKEN"]},
         )
         with urllib.request.urlopen(request, timeout=30) as answer:
             print("api user:", json.load(answer)["username"], flush=True)
+        try:  # anything but its own job is refused to a job token
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    os.environ["AICENTER_API_URL"] + "/api/v1/users/me",
+                    headers={"Authorization": "Bearer " + os.environ["AICENTER_TOKEN"]},
+                ),
+                timeout=30,
+            )
+            print("job token elsewhere: 200", flush=True)
+        except urllib.error.HTTPError as refused:
+            print("job token elsewhere:", refused.code, flush=True)
+        # For the test only: the launcher keeps no copy of the token, and the test checks its revocation.
+        (Path(os.environ["AICENTER_CHECKPOINT_DIR"]) / "token-for-test").write_text(os.environ["AICENTER_TOKEN"])
 
     rows = (Path(os.environ["AICENTER_DATA_DIR"]) / "toy-regression" / "data.csv").read_text().split()
     data = torch.tensor([[float(v) for v in row.split(",")] for row in rows[1:]])
@@ -273,6 +286,7 @@ def test_ddp_job_resumes_from_its_checkpoint_and_registers_its_model(
     job_id = job["id"]
     follower = Follower(alice, job_id)
     assert follower.wait_for(r"^api user: (\S+)$", "the API call from inside the job")[1] == "alice"
+    assert follower.wait_for(r"^job token elsewhere: (\d+)$", "the refused API call")[1] == "403"
     checkpoint = int(follower.wait_for(r"^checkpoint at step (\d+)$", "the first checkpoint")[1])
     assert checkpoint == CHECKPOINT_EVERY
     assert alice.json("job", "get", str(job_id))["status"] in ("starting", "running")  # we read it live
@@ -312,16 +326,18 @@ def test_ddp_job_resumes_from_its_checkpoint_and_registers_its_model(
     }
     assert finished["output_model_version_id"] == mine[0]["id"]
 
-    # The job's token worked as alice (above), stays out of every log, and is revoked with the job's end.
+    # The job's token worked as alice (above), stays out of every log and of the plan, reads nothing but its
+    # job, and is revoked with the job's end.
     runs = server.home / "jobs" / str(job_id) / "runs"
-    token = json.loads((runs / "1" / "worker-0" / "plan.json").read_text())["env"]["AICENTER_TOKEN"]
+    token = (server.home / "jobs" / str(job_id) / "checkpoints" / "token-for-test").read_text()
     assert token.startswith("aic_")
+    assert token not in (runs / "1" / "worker-0" / "plan.json").read_text()
     for log in [*runs.rglob("*.log"), server.home.parent / f"{server.home.name}-server.log"]:
         assert token not in log.read_text(errors="replace"), log
     assert all(token not in line for line in follower.lines)
     deadline = time.monotonic() + 30  # the verified-token cache (2 s) may answer a little longer
     while (
-        answer := httpx.get(f"{server.url}/api/v1/users/me", headers={"Authorization": f"Bearer {token}"})
+        answer := httpx.get(f"{server.url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"})
     ).status_code != 401:
         assert answer.status_code == 200, answer.text
         assert time.monotonic() < deadline, "the job's token still works after the job ended"

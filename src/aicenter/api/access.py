@@ -19,5 +19,18 @@ class Access(StrEnum):
     ADMIN = "admin"  # platform admins only
 
 
-def access(level: Access) -> dict[str, Any]:
-    return {"x-aicenter-access": level.value}
+JOB_TOKEN_EXTENSION = "x-aicenter-job-token"  # noqa: S105 - an OpenAPI extension name, not a secret
+
+
+def access(level: Access, *, job_token: bool = False) -> dict[str, Any]:
+    """The OpenAPI extension declaring who may call an operation.
+
+    Args:
+        level: Who may call it.
+        job_token: Whether a job token (a replica's ``AICENTER_TOKEN``) may call it; it then may only for the
+            job its ``{job_id}`` path parameter names. Every other operation answers a job token 403.
+    """
+    out: dict[str, Any] = {"x-aicenter-access": level.value}
+    if job_token:
+        out[JOB_TOKEN_EXTENSION] = True
+    return out

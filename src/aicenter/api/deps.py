@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.api.access import JOB_TOKEN_EXTENSION
 from aicenter.context import AppContext
 from aicenter.core.errors import Forbidden, Unauthenticated
 from aicenter.core.roles import TokenKind
@@ -63,7 +64,8 @@ async def authenticate(request: Request, ctx: AppContext) -> Actor | None:
     """The actor behind a bearer token or a console session cookie; None if the request carries neither.
 
     Cookie-authenticated unsafe requests must carry the session's CSRF token (header or form field checked
-    by the console); bearer requests cannot be forged cross-site, so they need none.
+    by the console); bearer requests cannot be forged cross-site, so they need none. A job token is refused
+    here, in this one place, on every operation but the reads of its own job (``_check_job_token``).
     """
     raw = bearer_token(request)
     from_cookie = False
@@ -73,6 +75,8 @@ async def authenticate(request: Request, ctx: AppContext) -> Actor | None:
     if raw is None:
         return None
     actor, kind = await ctx.tokens.verify(ctx.db, raw)
+    if kind == TokenKind.JOB:
+        _check_job_token(request, actor)
     if from_cookie:
         if kind != TokenKind.SESSION:
             raise Unauthenticated("the session cookie is not a console session")
@@ -82,6 +86,22 @@ async def authenticate(request: Request, ctx: AppContext) -> Actor | None:
             if not hmac.compare_digest(sent, expected):
                 raise Forbidden("missing or wrong CSRF token (send the X-CSRF-Token header)")
     return replace(actor, client_address=client_address(request), request_id=getattr(request.state, "request_id", None))
+
+
+def _check_job_token(request: Request, actor: Actor) -> None:
+    """Let a job token through only to operations declared ``access(..., job_token=True)`` on its own job.
+
+    The route is known here: FastAPI resolves dependencies after routing. Console pages have no such
+    declaration, so a job token cannot use them either.
+    """
+    route = request.scope.get("route")
+    extra = getattr(route, "openapi_extra", None) or {}
+    if extra.get(JOB_TOKEN_EXTENSION) and request.path_params.get("job_id") == str(actor.job_id):
+        return
+    raise Forbidden(
+        f"a job token may only read its own job (job {actor.job_id}): sign in as the user for anything else",
+        details={"job_id": actor.job_id},
+    )
 
 
 async def current_actor(request: Request, ctx: Ctx) -> Actor:

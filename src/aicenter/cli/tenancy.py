@@ -30,7 +30,10 @@ user_app = typer.Typer(help="Users of the platform (platform admins).", no_args_
 workspace_app = typer.Typer(help="Workspaces (tenants).", no_args_is_help=True)
 member_app = typer.Typer(help="Members of a workspace and their roles.", no_args_is_help=True)
 quota_app = typer.Typer(help="Guaranteed and maximum resources of a workspace per pool.", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit log of every change (platform admins).", no_args_is_help=True)
+audit_app = typer.Typer(
+    help="The audit log of every change (platform admins; a workspace's admins with --workspace).",
+    no_args_is_help=True,
+)
 
 WorkspaceOpt = Annotated[
     str | None, typer.Option("--workspace", "-w", help="Workspace name or id. Default: your default workspace.")
@@ -259,6 +262,21 @@ def workspace_describe(
     """Change a workspace's description."""
     with client() as api:
         out.show(api.update_workspace(workspace_id(api, workspace), description=description), output)
+
+
+@workspace_app.command("admins-read-logs")
+def workspace_admins_read_logs(
+    workspace: Annotated[str, typer.Argument(help="Workspace name or id.")],
+    decision: Annotated[str, typer.Argument(help="allow or deny.", metavar="allow|deny")],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Let platform admins who are not members read this workspace's job logs, or stop them (its admins; the
+    change is audited). Job status, events and failure reasons are visible to platform admins either way."""
+    if decision not in ("allow", "deny"):
+        raise typer.BadParameter(f"expected allow or deny, not {decision!r}", param_hint="DECISION")
+    with client() as api:
+        changed = api.update_workspace(workspace_id(api, workspace), admins_read_logs=decision == "allow")
+        out.show(changed, output)
 
 
 @workspace_app.command("delete")

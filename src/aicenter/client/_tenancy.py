@@ -113,11 +113,12 @@ class TenancyMixin(BaseClient):
     def get_workspace(self, workspace_id: int) -> Workspace:
         return self._one(Workspace, "GET", f"/workspaces/{workspace_id}")
 
-    def update_workspace(self, workspace_id: int, *, name: str = UNSET, description: str = UNSET) -> Workspace:
-        """Rename a workspace or change its description."""
-        return self._one(
-            Workspace, "PATCH", f"/workspaces/{workspace_id}", json=body(name=name, description=description)
-        )
+    def update_workspace(
+        self, workspace_id: int, *, name: str = UNSET, description: str = UNSET, admins_read_logs: bool = UNSET
+    ) -> Workspace:
+        """Rename a workspace, change its description, or let platform admins read its job logs (its admins)."""
+        fields = body(name=name, description=description, admins_read_logs=admins_read_logs)
+        return self._one(Workspace, "PATCH", f"/workspaces/{workspace_id}", json=fields)
 
     def delete_workspace(self, workspace_id: int) -> None:
         self._json("DELETE", f"/workspaces/{workspace_id}")
@@ -195,7 +196,7 @@ class TenancyMixin(BaseClient):
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[AuditEvent]:
-        """One page of the audit log, newest first (platform admins only).
+        """One page of the audit log, newest first (platform admins; a workspace's admins with ``workspace_id``).
 
         Args:
             actor: The acting user's name.
@@ -213,11 +214,12 @@ class TenancyMixin(BaseClient):
             action=action,
             target_type=target_type,
             target_id=target_id,
-            workspace_id=workspace_id,
             since=_time(since),
             until=_time(until),
         )
-        return self._page(AuditEvent, "/audit-events", params, limit=limit, cursor=cursor)
+        # A workspace's events have their own operation, which the workspace's admins may call too.
+        path = "/audit-events" if workspace_id is None else f"/workspaces/{workspace_id}/audit-events"
+        return self._page(AuditEvent, path, params, limit=limit, cursor=cursor)
 
     def list_audit_events(
         self,

@@ -109,6 +109,7 @@ class Workspace(ApiModel):
     description: str = ""
     balance: Decimal | None = None  # coins; absent in the pool-grant listing
     created_by_id: int | None = None
+    admins_read_logs: bool = False  # whether platform admins outside it may read its job logs
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

@@ -21,6 +21,7 @@ class TokenKind(StrEnum):
     API = "api"  # created by the user, named, optional expiry
     LOGIN = "login"  # given to the CLI by `aicenter login`
     SESSION = "session"  # a console session behind a cookie
+    JOB = "job"  # given to a job's replicas; reads that job only (``ApiToken.job_id``)
 
 
 class NodeSchedule(StrEnum):

@@ -53,12 +53,15 @@ from aicenter.runtime.files import (
     write_json_atomic,
 )
 
-__all__ = ["child_env", "create_time", "main"]
+__all__ = ["SECRET_VARIABLES", "child_env", "create_time", "launcher_env", "main"]
 
 # Variables of the launcher's own environment a job may see; everything else comes from the plan. The server's
 # environment holds secrets (database URL, secret key, tokens) that must not reach user code.
 INHERITED_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Plan variables that are credentials: the launcher reads them and rewrites plan.json without them, so the
+# token lives on only in the replica's environment, not in a file at rest.
+SECRET_VARIABLES = ("AICENTER_TOKEN",)
 MEMORY_SAMPLE_S = 0.5
 # A line longer than this without a newline (a progress bar redrawn with \r) is written out as it is, so one
 # endless line cannot hold the launcher's memory.
@@ -99,6 +102,26 @@ def _psutil_create_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except psutil.Error:
         return None
+
+
+def launcher_env(environ: dict[str, str]) -> dict[str, str]:
+    """The environment the executor starts the launcher with: ``INHERITED_VARIABLES`` of the server's, no more.
+
+    The launcher runs outside any sandbox as long as the replica does, and anything of the job (a ``ps e``, a
+    read of ``/proc/$PPID/environ``) can see its environment, so the server's secrets never enter it.
+    """
+    return {k: environ[k] for k in INHERITED_VARIABLES if k in environ}
+
+
+def _drop_secrets(plan_path: Path, data: dict[str, Any]) -> None:
+    """Rewrite the plan without ``SECRET_VARIABLES`` once they are read (nothing reads the plan again)."""
+    env = data.get("env") or {}
+    if any(k in env for k in SECRET_VARIABLES):
+        kept = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
+        try:
+            write_json_atomic(plan_path, {**data, "env": kept}, fsync=False)
+        except OSError as exc:  # the plan stays 0600 in a 0700 directory; not worth failing the replica
+            _log("WARNING", f"cannot rewrite {plan_path} without its token: {exc}")
 
 
 def child_env(plan: LauncherPlan, run_dir: Path, inherited: dict[str, str]) -> dict[str, str]:
@@ -383,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log("INFO", f"{plan_path.parent} already ran a launcher; a run directory is used once")
         return 3
     supervisor = _Supervisor(LauncherPlan.from_json(data), plan_path.parent, ready_fd)
+    _drop_secrets(plan_path, data)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the server's terminal going away is no reason to stop

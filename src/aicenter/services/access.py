@@ -42,3 +42,33 @@ async def require_workspace_admin(session: AsyncSession, actor: Actor, workspace
     ):
         raise Forbidden(f"only admins of workspace {workspace.name} can do this")
     return workspace
+
+
+async def may_read_user_data(session: AsyncSession, actor: Actor, workspace_id: int) -> bool:
+    """Whether ``require_user_data_access`` lets the actor through (for pages that hide what it would refuse)."""
+    try:
+        await require_user_data_access(session, actor, workspace_id, "user data")
+    except Forbidden:
+        return False
+    return True
+
+
+async def require_user_data_access(session: AsyncSession, actor: Actor, workspace_id: int, what: str) -> None:
+    """Let a platform admin who is not a member of the workspace read its users' data (``what``: job logs)
+    only when the workspace granted it (``Workspace.admins_read_logs``); members always may.
+
+    Platform admins see every job's status, events, replicas, metrics and failure reasons without this: they
+    run the platform. What a job printed is its user's data.
+
+    Raises:
+        Forbidden: A platform admin outside the workspace, which has not granted admins this access.
+    """
+    if not actor.is_platform_admin or await workspace_role(session, actor, workspace_id) is not None:
+        return
+    workspace = await session.get(Workspace, workspace_id)
+    if workspace is not None and not workspace.admins_read_logs:
+        raise Forbidden(
+            f"platform admins read {what} of workspace {workspace.name} only when its admins allow it "
+            f"(`aicenter workspace admins-read-logs {workspace.name} allow`)",
+            details={"workspace_id": workspace_id},
+        )

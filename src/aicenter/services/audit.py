@@ -12,6 +12,7 @@ from aicenter.core.clock import utcnow
 from aicenter.core.errors import Forbidden, ValidationFailed
 from aicenter.db.models import AuditEvent
 from aicenter.db.pagination import Page, paginate
+from aicenter.services.access import require_workspace_admin
 from aicenter.services.context import Actor
 
 
@@ -59,18 +60,22 @@ async def list_events(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> Page[AuditEvent]:
-    """Audit events, newest first (platform admins only).
+    """Audit events, newest first: every event for platform admins; a workspace's own events (``workspace_id``
+    given) for that workspace's admins too, so they see what anyone, platform admins included, did in it.
 
     Every filter is optional. ``action`` matches exactly, or as a prefix when it ends in ``.`` (``user.``
     finds ``user.create``, ``user.freeze``, ...). ``since`` is inclusive, ``until`` exclusive; times without
     a zone are taken as UTC.
 
     Raises:
-        Forbidden: the actor is not a platform admin.
+        Forbidden: the actor is neither a platform admin nor (with ``workspace_id``) an admin of the workspace.
+        NotFound: ``workspace_id`` names a workspace the actor is not a member of.
         ValidationFailed: ``until`` is not after ``since``.
     """
     if not actor.is_platform_admin:
-        raise Forbidden("only platform admins can read the audit log")
+        if workspace_id is None:
+            raise Forbidden("only platform admins can read the whole audit log; workspace admins read their own's")
+        await require_workspace_admin(session, actor, workspace_id)
     since = _as_utc(since)
     until = _as_utc(until)
     if since is not None and until is not None and until <= since:

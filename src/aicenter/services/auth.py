@@ -136,8 +136,17 @@ class IssuedToken:
 
 
 async def issue_token(
-    session: AsyncSession, user: User, *, name: str, kind: TokenKind, ttl_s: float | None
+    session: AsyncSession,
+    user: User,
+    *,
+    name: str,
+    kind: TokenKind,
+    ttl_s: float | None,
+    job_id: int | None = None,
 ) -> IssuedToken:
+    """A new token of ``user``; ``job_id`` is required for, and only for, ``TokenKind.JOB`` tokens."""
+    if (kind == TokenKind.JOB) != (job_id is not None):
+        raise ValueError("job tokens, and only they, name their job")
     now = utcnow()
     secret = secrets.token_urlsafe(32)
     row = ApiToken(
@@ -147,6 +156,7 @@ async def issue_token(
         secret_hash=_hash_secret(secret),
         created_at=now,
         expires_at=now + timedelta(seconds=ttl_s) if ttl_s else None,
+        job_id=job_id,
     )
     session.add(row)
     await session.flush()
@@ -160,7 +170,11 @@ class _Cached:
     is_platform_admin: bool
     token_id: int
     kind: str
+    job_id: int | None
     valid_until: float  # monotonic
+
+    def actor(self) -> Actor:
+        return Actor(self.user_id, self.username, self.is_platform_admin, self.token_id, job_id=self.job_id)
 
 
 class TokenVerifier:
@@ -189,7 +203,7 @@ class TokenVerifier:
         """
         cached = self._cache.get(raw)
         if cached is not None and cached.valid_until > time.monotonic():
-            return Actor(cached.user_id, cached.username, cached.is_platform_admin, cached.token_id), cached.kind
+            return cached.actor(), cached.kind
         pending = self._inflight.get(raw)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -234,14 +248,15 @@ class TokenVerifier:
         if token.last_used_at is None or token.last_used_at < now - timedelta(seconds=TOUCH_EVERY_S):
             async with db.write() as session:
                 await touch_token(session, token.id)
+        valid = min(self.cache_s, (token.expires_at - now).total_seconds()) if token.expires_at else self.cache_s
+        entry = _Cached(
+            user.id, user.username, user.is_platform_admin, token.id, token.kind, token.job_id, time.monotonic() + valid
+        )
         if self.cache_s > 0:
             if len(self._cache) > 50_000:  # bound memory; a rare full reset costs one read per active token
                 self._cache.clear()
-            valid = min(self.cache_s, (token.expires_at - now).total_seconds()) if token.expires_at else self.cache_s
-            self._cache[raw] = _Cached(
-                user.id, user.username, user.is_platform_admin, token.id, token.kind, time.monotonic() + valid
-            )
-        return Actor(user.id, user.username, user.is_platform_admin, token.id), token.kind
+            self._cache[raw] = entry
+        return entry.actor(), token.kind
 
 
 async def touch_token(session: AsyncSession, token_id: int, *, every_s: float = TOUCH_EVERY_S) -> None:

@@ -13,6 +13,8 @@ class Actor:
     token_id: int | None = None
     client_address: str | None = None
     request_id: str | None = None
+    # Set when acting with a job token: the only job this actor may read (enforced by the API's authentication).
+    job_id: int | None = None
 
     @classmethod
     def system(cls, reason: str = "system") -> Actor:

@@ -22,7 +22,12 @@ from aicenter.core.roles import TokenKind, UserState, WorkspaceRole
 from aicenter.db.models import ApiToken, LoginAttempt, Membership, Pool, PoolGrant, User, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
-from aicenter.services.access import get_visible_workspace, require_platform_admin, require_workspace_admin
+from aicenter.services.access import (
+    get_visible_workspace,
+    require_platform_admin,
+    require_workspace_admin,
+    workspace_role,
+)
 from aicenter.services.auth import check_password_strength, hash_password, verify_password
 from aicenter.services.context import Actor
 
@@ -471,8 +476,14 @@ async def update_workspace(
     *,
     name: str | None = None,
     description: str | None = None,
+    admins_read_logs: bool | None = None,
 ) -> Workspace:
-    """Rename a workspace or change its description (workspace admins). ``None`` leaves a field as it is."""
+    """Rename a workspace, change its description or whether platform admins read its jobs' logs (workspace
+    admins). ``None`` leaves a field as it is.
+
+    ``admins_read_logs`` is the workspace's own admins' decision: a platform admin who is not one of them is
+    refused (they may add themselves as an admin, which the workspace's audit list then shows).
+    """
     workspace = await require_workspace_admin(session, actor, workspace_id)
     details: dict[str, Any] = {}
     if name is not None and name != workspace.name:
@@ -486,6 +497,14 @@ async def update_workspace(
         check_text(description, "description", 1024)
         workspace.description = description
         details["description"] = True
+    if admins_read_logs is not None and admins_read_logs != workspace.admins_read_logs:
+        if await workspace_role(session, actor, workspace.id) != WorkspaceRole.WORKSPACE_ADMIN:
+            raise Forbidden(
+                f"only the admins of workspace {workspace.name} decide whether platform admins read its job logs",
+                details={"field": "admins_read_logs"},
+            )
+        details["admins_read_logs"] = {"from": workspace.admins_read_logs, "to": admins_read_logs}
+        workspace.admins_read_logs = admins_read_logs
     if details:
         audit.record(
             session, actor, "workspace.update", "workspace", workspace.id, workspace_id=workspace.id, details=details

@@ -38,7 +38,7 @@ import pytest
 import pytest_asyncio
 from fastapi import FastAPI
 
-from aicenter.api.access import Access
+from aicenter.api.access import JOB_TOKEN_EXTENSION, Access
 from aicenter.app import create_app
 from aicenter.core.catalog import ItemKind
 from aicenter.core.roles import TokenKind, WorkspaceRole
@@ -148,6 +148,8 @@ class World:
     # --- jobs ---
     job_id: int = 0  # a queued job of alice in workspace A
     template_id: int = 0  # a job template of workspace A, by alice
+    job_token: str = ""  # a job token of alice's job (what its replicas get as AICENTER_TOKEN)
+    other_job_id: int = 0  # another job of alice, which that token must not reach
     # --- end jobs ---
 
     def item_for(self, path: str) -> int:
@@ -269,7 +271,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     import_dir.mkdir(parents=True)
     (import_dir / "data.txt").write_bytes(b"imported")
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
-    job_id, template_id = await _jobs_world(db, alice)  # jobs
+    job_id, template_id, job_token, other_job_id = await _jobs_world(db, alice)  # jobs
     return World(
         admin=admin,
         alice=alice,
@@ -291,6 +293,8 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         import_dir=str(import_dir),
         job_id=job_id,
         template_id=template_id,
+        job_token=job_token,
+        other_job_id=other_job_id,
     )
 
 
@@ -330,8 +334,9 @@ async def _catalog_world(
 
 
 # --- jobs ---
-async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int]:
-    """A queued job of alice in workspace A on spec gpu-a100-1 (pool A), and a template of A."""
+async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int]:
+    """A queued job of alice in workspace A on spec gpu-a100-1 (pool A), a template of A, a job token of that
+    job and a second job of alice."""
     as_alice = Actor(alice.user_id, alice.username)
     job_spec = {
         "name": "iso-job",
@@ -340,7 +345,13 @@ async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int]:
     async with db.write() as session:
         job = await jobs.submit_job(session, as_alice, job_spec)
         template = await jobs.create_template(session, as_alice, name="iso-template", spec=job_spec)
-    return job.job.id, template.template.id
+        other = await jobs.submit_job(session, as_alice, {**job_spec, "name": "iso-other-job"})
+        user = await session.get(User, alice.user_id)
+        assert user is not None
+        token = await auth.issue_token(
+            session, user, name="iso job token", kind=TokenKind.JOB, ttl_s=None, job_id=job.job.id
+        )
+    return job.job.id, template.template.id, token.secret, other.job.id
 
 
 # --- end jobs ---
@@ -723,6 +734,42 @@ async def test_other_workspace_cannot_reach_workspace_a(
         f"nothing (wrong ids in PATH_PARAMS or the world?): {_explain(ok)}"
     )
     assert ok.status_code < 500, f"{op.id}: {_explain(ok)}"
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.id)
+async def test_job_token_reads_only_its_own_job(
+    op: Operation, app: FastAPI, client: httpx.AsyncClient, world: World
+) -> None:
+    """A replica's token acts as its user but reaches nothing except the reads of its own job."""
+    level = _access(app, op)
+    if level is Access.PUBLIC:
+        return
+    headers = {"Authorization": f"Bearer {world.job_token}"}
+    params = _query(app, op, world)
+    readable = bool(_spec(app, op).get(JOB_TOKEN_EXTENSION))
+    if readable:
+        assert op.method == "get", f"{op.id}: job tokens may only read"
+        assert "job_id" in _path_params(op), f"{op.id}: job tokens may only read a job"
+        own = await _call(client, op, _url(op, world), headers=headers, params=params)
+        assert own.status_code not in (401, 403, 404), f"{op.id}: {_explain(own)}"
+        assert own.status_code < 500, f"{op.id}: {_explain(own)}"
+        other_url = _url(op, world).replace(f"/jobs/{world.job_id}", f"/jobs/{world.other_job_id}")
+        response = await _call(client, op, other_url, headers=headers, params=params)
+    else:
+        body = _bodies(app, op, world)[0]
+        response = await _call(
+            client,
+            op,
+            _url(op, world),
+            headers=headers,
+            body=body,
+            params=params,
+            extra_headers=_headers(app, op, world, body),
+        )
+    assert response.status_code == 403, f"{op.id} answered a job token: {_explain(response)}"
+    error = response.json()["error"]
+    assert error["code"] == "forbidden"
+    assert "job token may only read its own job" in error["message"]
 
 
 def _fake_world() -> World:

@@ -195,8 +195,6 @@ async def test_logs_as_text_and_as_server_sent_events(db: Database, client: http
     assert text.headers["content-type"].startswith("text/plain")
     lines = text.text.splitlines()
     assert [line.split(" ", 1)[1] for line in lines] == ["one", "two", "three"]  # each with its UTC stamp
-    admin = await client.get(f"{API}/{job_id}/logs", headers=h["admin"])  # admins read job output
-    assert admin.text == text.text
     assert (await client.get(f"{API}/{job_id}/logs", headers=h["carol"])).status_code == 404
     tail = await client.get(f"{API}/{job_id}/logs", params={"since": len(text.content) - 6}, headers=h["alice"])
     assert tail.text == "three\n"  # the launcher ends a last partial line
@@ -218,6 +216,72 @@ async def test_logs_as_text_and_as_server_sent_events(db: Database, client: http
     assert (not_launched.status_code, not_launched.json()["error"]["code"]) == (409, "conflict")
     unknown = await client.get(f"{API}/{job_id}/logs", params={"task": "ps"}, headers=h["alice"])
     assert (unknown.status_code, unknown.json()["error"]["details"]["field"]) == (404, "task")
+
+
+async def test_platform_admins_read_job_logs_only_where_the_workspace_allows_it(
+    db: Database, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    job_id, h = await _launched_job(db, client, tmp_path)
+    job = await client.get(f"{API}/{job_id}", headers=h["admin"])  # status, events, replicas: always
+    assert job.status_code == 200, job.text
+    workspace = job.json()["workspace_id"]
+    assert (await client.get(f"{API}/{job_id}/events", headers=h["admin"])).status_code == 200
+    assert (await client.get(f"{API}/{job_id}/replicas", headers=h["admin"])).status_code == 200
+
+    for path in ("logs", "logs/stream"):
+        refused = await client.get(f"{API}/{job_id}/{path}", headers=h["admin"])
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "forbidden"
+        assert "only when its admins allow it" in refused.json()["error"]["message"]
+    # Only the workspace's own admins decide; a platform admin outside it cannot grant it to themselves.
+    self_grant = await client.patch(
+        f"/api/v1/workspaces/{workspace}", json={"admins_read_logs": True}, headers=h["admin"]
+    )
+    assert self_grant.status_code == 403, self_grant.text
+    assert self_grant.json()["error"]["details"]["field"] == "admins_read_logs"
+
+    granted = await client.patch(f"/api/v1/workspaces/{workspace}", json={"admins_read_logs": True}, headers=h["alice"])
+    assert granted.status_code == 200, granted.text
+    assert granted.json()["admins_read_logs"] is True
+    allowed = await client.get(f"{API}/{job_id}/logs", headers=h["admin"])
+    assert allowed.status_code == 200, allowed.text
+    assert [line.split(" ", 1)[1] for line in allowed.text.splitlines()] == ["one", "two", "three"]
+
+    audit = await client.get(
+        f"/api/v1/workspaces/{workspace}/audit-events", params={"action": "workspace.update"}, headers=h["alice"]
+    )
+    assert audit.status_code == 200, audit.text
+    [event] = audit.json()["items"]
+    assert (event["actor_name"], event["details"]) == ("alice", {"admins_read_logs": {"from": False, "to": True}})
+
+    denied = await client.patch(f"/api/v1/workspaces/{workspace}", json={"admins_read_logs": False}, headers=h["alice"])
+    assert denied.json()["admins_read_logs"] is False
+    assert (await client.get(f"{API}/{job_id}/logs", headers=h["admin"])).status_code == 403
+
+
+async def test_a_platform_admin_who_joins_a_workspace_shows_in_its_audit_list(
+    db: Database, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    job_id, h = await _launched_job(db, client, tmp_path)
+    workspace = (await client.get(f"{API}/{job_id}", headers=h["alice"])).json()["workspace_id"]
+    me = (await client.get("/api/v1/users/me", headers=h["admin"])).json()
+    joined = await client.post(
+        f"/api/v1/workspaces/{workspace}/members",
+        json={"user_id": me["id"], "role": "workspace_admin"},
+        headers=h["admin"],
+    )
+    assert joined.status_code == 201, joined.text
+    audit = await client.get(
+        f"/api/v1/workspaces/{workspace}/audit-events", params={"action": "workspace.member."}, headers=h["alice"]
+    )
+    assert audit.status_code == 200, audit.text
+    [event] = [e for e in audit.json()["items"] if e["target_id"] == str(me["id"])]
+    assert (event["action"], event["actor_name"]) == ("workspace.member.add", me["username"])
+    assert event["details"]["role"] == "workspace_admin"
+    # A member reads what members read: the rule is about admins outside the workspace.
+    assert (await client.get(f"{API}/{job_id}/logs", headers=h["admin"])).status_code == 200
+    # A plain member cannot read the workspace's audit list.
+    assert (await client.get(f"/api/v1/workspaces/{workspace}/audit-events", headers=h["bob"])).status_code == 403
 
 
 @asynccontextmanager

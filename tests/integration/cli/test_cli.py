@@ -192,6 +192,11 @@ def test_users_workspaces_members(admin_cli: Run) -> None:
     assert "vision" in admin_cli("workspace", "list").stdout
     assert as_json(admin_cli("workspace", "get", "vision", "-o", "json"))["id"] == ws["id"]  # type: ignore[index]
     assert as_json(admin_cli("workspace", "rename", "vision", "vision2", "-o", "json"))["name"] == "vision2"  # type: ignore[index]
+    logs = as_json(admin_cli("workspace", "admins-read-logs", "vision2", "allow", "-o", "json"))
+    assert logs["admins_read_logs"] is True  # type: ignore[index]
+    assert admin_cli("workspace", "admins-read-logs", "vision2", "maybe").exit_code == 2
+    granted = as_json(admin_cli("audit", "list", "-w", "vision2", "--action", "workspace.update", "-o", "json"))
+    assert granted[0]["details"] == {"admins_read_logs": {"from": False, "to": True}}  # type: ignore[index]
 
     added = as_json(admin_cli("member", "add", "carol", "--workspace", "vision2", "-o", "json"))
     assert added["role"] == "member"  # type: ignore[index]

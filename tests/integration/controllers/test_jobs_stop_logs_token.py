@@ -1,6 +1,6 @@
 """Service behaviour found by the training end-to-end test, on the real controllers and local executor (SQLite and
 PostgreSQL): a user's stop overrides a pending preemption; a followed log waits for a replica being launched and
-goes on across restarts; the job's API token works while the job runs and is revoked when it ends."""
+goes on across restarts; the job's token reads its job while the job runs and is revoked when it ends."""
 
 from __future__ import annotations
 
@@ -135,7 +135,12 @@ async def test_a_followed_log_goes_on_across_restarts(
     assert _texts(output) == ["attempt 0", "attempt 1"]
 
 
-async def test_the_jobs_token_acts_as_its_user_until_the_job_ends(
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(v.decode().split("=", 1) for v in f.read().split(b"\0") if b"=" in v)
+
+
+async def test_the_jobs_token_reads_its_job_until_the_job_ends(
     app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
 ) -> None:
     job_id = await submit(db, alice, job_spec("api", "sleep 60"))
@@ -143,10 +148,14 @@ async def test_the_jobs_token_acts_as_its_user_until_the_job_ends(
     await tick_until(scheduler, reconciler, status_is(db, job_id, "running"), "the job to run")
     [row] = await replicas(db, job_id)
     assert row.handle is not None
-    token = json.loads((Path(row.handle["run_dir"]) / "plan.json").read_text())["env"]["AICENTER_TOKEN"]
+    run_dir = Path(row.handle["run_dir"])
+    # The launcher drops the token from the plan once read: the replica's environment is the one place left.
+    assert "AICENTER_TOKEN" not in json.loads((run_dir / "plan.json").read_text())["env"]
+    child_pid = json.loads((run_dir / "status.json").read_text())["child_pid"]
+    token = _environ(child_pid)["AICENTER_TOKEN"]
     verifier = TokenVerifier(cache_s=0)
     actor, kind = await verifier.verify(db, token)
-    assert (actor.user_id, actor.username, kind) == (alice.user_id, "alice", "api")
+    assert (actor.user_id, actor.username, kind, actor.job_id) == (alice.user_id, "alice", "job", job_id)
     async with db.read() as session:
         listed = await list_tokens(session, alice)
     assert [t.name for t in listed if t.name.startswith("aicenter job")] == [jobs.job_token_name(job_id)]

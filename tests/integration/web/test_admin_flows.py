@@ -174,6 +174,30 @@ async def test_workspace_admin_manages_members_but_not_quotas(
     assert refused.status_code == 403
 
 
+async def test_workspace_admin_lets_platform_admins_read_job_logs(
+    admin: Browser, open_browser: OpenBrowser, db: Database, client: httpx.AsyncClient
+) -> None:
+    await make_user(db, client, "alice")  # workspace admin of "alice"
+    alice = await open_browser("alice")
+    ws_id = await _workspace_id(db, "alice")
+    page = await alice.get(f"/workspaces/{ws_id}")
+    assert 'id="workspace-edit-admins-read-logs"' in page.text
+    assert 'data-testid="workspace-admins-read-logs">no<' in page.text
+    form = {"name": "alice", "description": "", "admins_read_logs_shown": "1"}
+    allowed = await alice.post(f"/workspaces/{ws_id}", {**form, "admins_read_logs": "on"})
+    assert allowed.status_code == 303
+    assert 'data-testid="workspace-admins-read-logs">yes<' in (await alice.get(f"/workspaces/{ws_id}")).text
+    # The platform admin edits the workspace without the box, so the setting stays as its admins left it.
+    admin_page = await admin.get(f"/workspaces/{ws_id}")
+    assert 'id="workspace-edit-admins-read-logs"' not in admin_page.text
+    renamed = await admin.post(f"/workspaces/{ws_id}", {"name": "alice", "description": "by the admin"})
+    assert renamed.status_code == 303
+    assert 'data-testid="workspace-admins-read-logs">yes<' in (await alice.get(f"/workspaces/{ws_id}")).text
+    denied = await alice.post(f"/workspaces/{ws_id}", form)  # unticked
+    assert denied.status_code == 303
+    assert 'data-testid="workspace-admins-read-logs">no<' in (await alice.get(f"/workspaces/{ws_id}")).text
+
+
 async def test_inventory_crud(admin: Browser, db: Database) -> None:
     made = await admin.post("/accelerator-types", {"name": "ascend-910b", "vendor": "huawei", "memory": "64Gi"})
     assert made.status_code == 303

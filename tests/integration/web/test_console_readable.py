@@ -16,13 +16,13 @@ from aicenter.core.catalog import ItemKind
 from aicenter.core.jobs import FailureReason, JobStatus
 from aicenter.db.engine import Database
 from aicenter.db.models import Node, Replica, ResourceSpec
-from aicenter.services import catalog, jobs
+from aicenter.services import catalog, jobs, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.inventory import ensure_default_pool
 from tests.factories import Login, make_user
 from tests.integration.services.catalog_helpers import entries, make_store, new_item, new_version
 from tests.integration.services.jobs_helpers import move
-from tests.integration.web.conftest import OpenBrowser
+from tests.integration.web.conftest import Browser, OpenBrowser
 
 GiB = 2**30
 SPEC = {"name": "quick-fail", "tasks": [{"name": "worker", "resources": {"spec": "cpu-1"}, "command": "exit 3"}]}
@@ -122,3 +122,22 @@ async def test_a_jobs_page_links_its_saved_model_by_reference(
         view.job.output_model_version_id = saved.id  # what the reconciler records when the job succeeds
     page = (await (await open_browser("alice")).get(f"/jobs/{view.job.id}")).text
     assert f'href="/models/{model.id}/versions/2" data-testid="job-saved-model">linreg-model:2<' in page
+
+
+async def test_a_platform_admin_sees_a_job_but_not_its_logs_until_the_workspace_allows_it(
+    alice: Login, admin: Browser, db: Database, open_browser: OpenBrowser
+) -> None:
+    actor = Actor(alice.user_id, "alice")
+    async with db.write() as session:
+        submitted = await jobs.submit_job(session, actor, SPEC)
+    job_id, workspace_id = submitted.job.id, submitted.job.workspace_id
+    page = (await admin.get(f"/jobs/{job_id}")).text
+    assert 'data-testid="job-facts"' in page  # the job itself is shown
+    assert 'data-testid="job-logs-hidden"' in page
+    assert 'data-testid="log-view"' not in page
+    assert 'data-testid="log-view"' in (await (await open_browser("alice")).get(f"/jobs/{job_id}")).text
+    async with db.write() as session:
+        await tenancy.update_workspace(session, actor, workspace_id, admins_read_logs=True)
+    page = (await admin.get(f"/jobs/{job_id}")).text
+    assert 'data-testid="job-logs-hidden"' not in page
+    assert 'data-testid="log-view"' in page

@@ -17,7 +17,7 @@ from aicenter.services import jobs
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 
-@router.get("/{job_id}/metrics", openapi_extra=access(Access.USER))
+@router.get("/{job_id}/metrics", openapi_extra=access(Access.USER, job_token=True))
 async def job_metrics(
     job_id: Id,
     actor: CurrentActor,

@@ -73,18 +73,18 @@ async def list_jobs(
     return Page(items=[JobOut.from_view(v) for v in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{job_id}", openapi_extra=access(Access.USER))
+@router.get("/{job_id}", openapi_extra=access(Access.USER, job_token=True))
 async def get_job(job_id: Id, actor: CurrentActor, session: ReadSession) -> JobDetail:
     """The job with its replicas (node, devices, machine time) and its events."""
     return JobDetail.from_view(await jobs.get_job(session, actor, job_id))
 
 
-@router.get("/{job_id}/events", openapi_extra=access(Access.USER))
+@router.get("/{job_id}/events", openapi_extra=access(Access.USER, job_token=True))
 async def list_events(job_id: Id, actor: CurrentActor, session: ReadSession) -> list[JobEventOut]:
     return [JobEventOut.model_validate(e) for e in await jobs.list_events(session, actor, job_id)]
 
 
-@router.get("/{job_id}/replicas", openapi_extra=access(Access.USER))
+@router.get("/{job_id}/replicas", openapi_extra=access(Access.USER, job_token=True))
 async def list_replicas(job_id: Id, actor: CurrentActor, session: ReadSession) -> list[ReplicaOut]:
     return [ReplicaOut.model_validate(r) for r in await jobs.list_replicas(session, actor, job_id)]
 
@@ -131,7 +131,7 @@ _Since = Annotated[int, Query(ge=0, description="Byte offset in the replica's ou
 
 @router.get(
     "/{job_id}/logs",
-    openapi_extra=access(Access.USER),
+    openapi_extra=access(Access.USER, job_token=True),
     response_class=StreamingResponse,
     responses={200: {"content": {_TEXT: {}}, "description": "The replica's output, one timestamped line each."}},
 )
@@ -173,7 +173,7 @@ async def _sse(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes
 
 @router.get(
     "/{job_id}/logs/stream",
-    openapi_extra=access(Access.USER),
+    openapi_extra=access(Access.USER, job_token=True),
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "Output lines as server-sent events."}},
 )

@@ -83,9 +83,14 @@ async def get_workspace(workspace_id: Id, actor: CurrentActor, session: ReadSess
 async def update_workspace(
     workspace_id: Id, body: WorkspaceUpdate, actor: CurrentActor, session: WriteSession
 ) -> WorkspaceOut:
-    """Rename the workspace or change its description."""
+    """Rename the workspace, change its description, or let platform admins read its job logs (audited)."""
     workspace = await tenancy.update_workspace(
-        session, actor, workspace_id, name=body.name, description=body.description
+        session,
+        actor,
+        workspace_id,
+        name=body.name,
+        description=body.description,
+        admins_read_logs=body.admins_read_logs,
     )
     return WorkspaceOut.model_validate(workspace)
 

@@ -54,6 +54,7 @@ class WorkspaceOut(Schema):
     description: str
     balance: Decimal = Field(description="Coins, as a decimal string.")
     created_by_id: int | None
+    admins_read_logs: bool = Field(description="Whether platform admins outside the workspace may read its job logs.")
     created_at: datetime
     updated_at: datetime
 
@@ -74,6 +75,10 @@ class WorkspaceUpdate(Input):
 
     name: str | None = Field(default=None, max_length=64)
     description: str | None = Field(default=None, max_length=1024)
+    admins_read_logs: bool | None = Field(
+        default=None,
+        description="Let platform admins who are not members read the workspace's job logs (its own admins only).",
+    )
 
 
 class MemberOut(Schema):

@@ -34,6 +34,8 @@ class Workspace(IdMixin, TimestampMixin, Base):
     balance: Mapped[Decimal] = mapped_column(Numeric(20, 4), default=Decimal(0))
     # Limit on the logical size of the workspace's catalog versions, enforced at commit; None: no limit.
     storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    # Whether platform admins may read the logs of this workspace's jobs (user output); its admins decide.
+    admins_read_logs: Mapped[bool] = mapped_column(default=False)
     created_by_id: Mapped[int | None] = mapped_column(
         BigIntId, ForeignKey("users.id", ondelete="SET NULL"), default=None
     )
@@ -86,6 +88,9 @@ class ApiToken(IdMixin, Base):
     expires_at: Mapped[datetime | None] = mapped_column(default=None)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
     last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The job a ``job`` token belongs to; it may read that job only. No foreign key: a deleted job's tokens
+    # are already revoked, and the row only records what the token was for.
+    job_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
 
 class LoginAttempt(IdMixin, Base):

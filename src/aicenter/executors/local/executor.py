@@ -47,6 +47,7 @@ from aicenter.runtime.files import (
     read_json,
     write_json_atomic,
 )
+from aicenter.runtime.launcher import launcher_env
 from aicenter.runtime.sandbox import signal_sandbox
 
 __all__ = ["LocalExecutor"]
@@ -230,6 +231,7 @@ class LocalExecutor:
                     str(ready_w),
                     str(run_dir / PLAN_FILE),
                     stdin=asyncio.subprocess.DEVNULL,
+                    env=launcher_env(dict(os.environ)),
                     stdout=log_file,
                     stderr=log_file,
                     start_new_session=True,
@@ -420,8 +422,12 @@ async def _readable(fd: int, timeout_s: float) -> None:
 
 
 def _prepare_run_dir(run_dir: Path, plan: LauncherPlan) -> BinaryIO:
-    """Create the run directory, write the plan, and open the launcher's log for its stdout/stderr."""
+    """Create the run directory, write the plan, and open the launcher's log for its stdout/stderr.
+
+    The directory is 0700 and the plan 0600: the plan holds the job's token until the launcher has read it.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.chmod(0o700)  # also when it existed (mkdir's mode is masked by the umask and skipped then)
     write_json_atomic(run_dir / PLAN_FILE, plan.to_json())
     return (run_dir / LAUNCHER_LOG).open("ab")
 

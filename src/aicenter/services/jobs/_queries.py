@@ -20,7 +20,7 @@ from aicenter.db.models import Job, JobEvent, Membership, Replica, User
 from aicenter.db.pagination import Page, paginate
 from aicenter.executors.base import ReplicaHandle
 from aicenter.executors.local import LocalExecutor
-from aicenter.services.access import get_visible_workspace
+from aicenter.services.access import get_visible_workspace, require_user_data_access
 from aicenter.services.context import Actor
 from aicenter.services.jobs._views import JobView, job_views
 
@@ -170,9 +170,11 @@ async def log_target(
 
     Raises:
         NotFound: No such job (for this actor), task, replica or attempt; ``details['field']`` says which.
+        Forbidden: A platform admin outside the job's workspace, which does not let admins read its logs.
         Conflict: The attempt was never launched, so it has no output.
     """
     job = await load_job(session, actor, job_id)
+    await require_user_data_access(session, actor, job.workspace_id, "job logs")
     tasks = [t.get("name", "worker") for t in job.spec.get("tasks", [])]
     task = task or (tasks[0] if tasks else "worker")
     if task not in tasks:

@@ -1,4 +1,8 @@
-"""The API token a job's replicas get as ``AICENTER_TOKEN``: its user's, valid while the job runs.
+"""The API token a job's replicas get as ``AICENTER_TOKEN``: a ``job`` token of its user, valid while the job runs.
+
+It acts as the job's user but may only read its own job (the operations declared ``access(..., job_token=True)``,
+checked where the API authenticates a request, aicenter/api/deps.py): a replica's code is user code, and what
+leaks from it (a log line, a compromised dependency) must not be a key to the user's whole account.
 
 The reconciler issues one token per launch (``issue_job_token``), in a transaction that holds the job's lease,
 just before it builds the plans. Only its hash is stored, like every token; the secret exists in the replicas'
@@ -24,12 +28,12 @@ from aicenter.services.auth import issue_token
 
 
 def job_token_name(job_id: int) -> str:
-    """The name of a job's tokens (shown in the user's token list): how they are found again to be revoked."""
+    """The name of a job's tokens (shown in the user's token list)."""
     return f"aicenter job {job_id}"
 
 
 async def issue_job_token(session: AsyncSession, job: Job) -> str:
-    """A new API token of the job's user for the replicas about to be launched, or ``""`` when the job has no
+    """A new job token of the job's user for the replicas about to be launched, or ``""`` when the job has no
     active user (deleted or frozen: the job runs, its API calls are refused) or has already finished.
 
     Call it in the caller's write transaction on the job's row (the reconciler's lease-guarded one), so that
@@ -40,7 +44,9 @@ async def issue_job_token(session: AsyncSession, job: Job) -> str:
     user = await session.get(User, job.user_id)
     if user is None or user.state != UserState.ACTIVE:
         return ""
-    issued = await issue_token(session, user, name=job_token_name(job.id), kind=TokenKind.API, ttl_s=None)
+    issued = await issue_token(
+        session, user, name=job_token_name(job.id), kind=TokenKind.JOB, ttl_s=None, job_id=job.id
+    )
     return issued.secret
 
 
@@ -52,7 +58,7 @@ async def revoke_job_tokens(session: AsyncSession, job: Job) -> None:
         update(ApiToken)
         .where(
             ApiToken.user_id == job.user_id,
-            ApiToken.name == job_token_name(job.id),
+            ApiToken.job_id == job.id,
             ApiToken.revoked_at.is_(None),
         )
         .values(revoked_at=utcnow())

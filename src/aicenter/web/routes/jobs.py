@@ -20,6 +20,7 @@ from aicenter.core.catalog import ItemKind, Scope, VersionState
 from aicenter.core.errors import AicenterError
 from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
 from aicenter.services import catalog, inventory, jobs
+from aicenter.services.access import may_read_user_data
 from aicenter.services.context import Actor
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int, parse_key_values
@@ -275,6 +276,7 @@ async def submit_job(post: Post) -> Response:
 async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
     async with cx.ctx.db.read() as session:
         view = await jobs.get_job(session, cx.actor, job_id)
+        logs_readable = await may_read_user_data(session, cx.actor, view.job.workspace_id)
         saved_id = view.job.output_model_version_id
         saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
     job = view.job
@@ -299,6 +301,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         started=job.started_at or min((r.started_at for r in view.replicas if r.started_at), default=None),
         badges=BADGES,
         finished=job.status in FINISHED,
+        logs_readable=logs_readable,
     )
 
 

@@ -120,7 +120,13 @@ async def update_workspace(workspace_id: Id, post: Post) -> Response:
     try:
         async with cx.ctx.db.write() as session:
             workspace = await tenancy.update_workspace(
-                session, cx.actor, workspace_id, name=post.get("name"), description=post.get("description")
+                session,
+                cx.actor,
+                workspace_id,
+                name=post.get("name"),
+                description=post.get("description"),
+                # A checkbox sends nothing when unticked: the hidden field tells "unticked" from "not shown".
+                admins_read_logs=bool(post.get("admins_read_logs")) if post.get("admins_read_logs_shown") else None,
             )
     except AicenterError as exc:
         state = failed_form("workspace-edit", post.values, exc, EDIT_FIELDS)

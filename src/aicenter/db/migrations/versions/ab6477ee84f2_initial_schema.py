@@ -130,6 +130,7 @@ def upgrade() -> None:
     sa.Column('expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.Column('revoked_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.Column('last_used_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('job_id', sa.BigInteger(), nullable=True),
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_api_tokens_user_id_users'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_api_tokens'))
@@ -161,6 +162,7 @@ def upgrade() -> None:
     sa.Column('description', sa.String(length=1024), nullable=False),
     sa.Column('balance', sa.Numeric(precision=20, scale=4), nullable=False),
     sa.Column('storage_quota_bytes', sa.BigInteger(), nullable=True),
+    sa.Column('admins_read_logs', sa.Boolean(), nullable=False),
     sa.Column('created_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
