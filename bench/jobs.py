@@ -17,7 +17,11 @@ its 2 cores (FORCE:100) for the same reason the aicenter jobs ask for 10m CPU.
 Prints one JSON document with p50/p99 per scenario and per system and the goals: p50 <= 150 ms, p99 <= 500 ms,
 p50 <= 0.5x Slurm's p50. Every process it starts is stopped by pid at the end.
 
-    python bench/jobs.py [--sequential 50] [--concurrent 200] [--no-slurm]
+With ``--sandbox`` aicenter is measured a second time with every replica in its bubblewrap sandbox
+(``AICENTER_SANDBOX=bwrap``, its own uid when run as root), and ``sandbox_cost_ms`` gives the difference (goal:
+at most 20 ms more at p50).
+
+    python bench/jobs.py [--sequential 50] [--concurrent 200] [--no-slurm] [--sandbox]
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ SPEC = {
     "name": "hello",
     "tasks": [{"name": "worker", "resources": {"cpu": "10m", "memory": "16Mi"}, "command": "echo hello"}],
 }
-GOALS = {"p50_ms": 150.0, "p99_ms": 500.0, "vs_slurm_p50": 0.5}
+GOALS = {"p50_ms": 150.0, "p99_ms": 500.0, "vs_slurm_p50": 0.5, "sandbox_p50_ms": 20.0}
 POLL_S = 0.005
 TIMEOUT_S = 600.0
 
@@ -77,17 +81,19 @@ def _summary(latencies_s: list[float]) -> dict[str, Any]:
 
 
 class Aicenter:
-    def __init__(self, work: Path) -> None:
-        self.home = work / "home"
+    def __init__(self, work: Path, sandbox: str = "off") -> None:
+        self.home = work / f"home-{sandbox}"
+        self.sandbox = sandbox
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = work / "server.log"
+        self.log = work / f"server-{sandbox}.log"
 
     def start(self) -> None:
         exe = Path(sys.executable).with_name("aicenter")
         env = {k: v for k, v in os.environ.items() if not k.startswith("AICENTER_")}
         env["AICENTER_ADMIN_PASSWORD"] = ADMIN_PASSWORD
+        env["AICENTER_SANDBOX"] = self.sandbox
         self.proc = subprocess.Popen(
             [str(exe), "up", "--home", str(self.home), "--port", str(self.port)],
             env=env,
@@ -158,8 +164,8 @@ async def _aicenter_runs(url: str, token: str, sequential: int, concurrent: int)
     return {"sequential": _summary(seq), "concurrent": _summary(conc)}
 
 
-def run_aicenter(work: Path, sequential: int, concurrent: int) -> dict[str, Any]:
-    server = Aicenter(work)
+def run_aicenter(work: Path, sequential: int, concurrent: int, sandbox: str = "off") -> dict[str, Any]:
+    server = Aicenter(work, sandbox)
     server.start()
     try:
         login = httpx.post(
@@ -367,11 +373,27 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=50)
     parser.add_argument("--concurrent", type=int, default=200)
     parser.add_argument("--no-slurm", action="store_true", help="Measure aicenter only.")
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="Measure aicenter again with every replica in its bubblewrap sandbox (AICENTER_SANDBOX=bwrap).",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="aicenter-bench-jobs-"))
     report: dict[str, Any] = {"benchmark": "jobs", "goals": GOALS}
     try:
         report["aicenter"] = run_aicenter(work, args.sequential, args.concurrent)
+        if args.sandbox:
+            sandboxed = run_aicenter(work, args.sequential, args.concurrent, sandbox="bwrap")
+            report["aicenter_sandboxed"] = sandboxed
+            report["sandbox_cost_ms"] = {
+                scenario: {
+                    "p50": round(sandboxed[scenario]["p50_ms"] - report["aicenter"][scenario]["p50_ms"], 1),
+                    "p99": round(sandboxed[scenario]["p99_ms"] - report["aicenter"][scenario]["p99_ms"], 1),
+                    "goal_p50": GOALS["sandbox_p50_ms"],
+                }
+                for scenario in ("sequential", "concurrent")
+            }
         if not args.no_slurm:
             try:
                 report["slurm"] = run_slurm(work, args.sequential, args.concurrent)
