@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.api.access import Access, access
-from aicenter.api.deps import CurrentActor, Paging, ReadSession
+from aicenter.api.deps import CurrentActor, PageParams, Paging, ReadSession
 from aicenter.api.params import Id
 from aicenter.api.schemas.audit import AuditEventOut
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.services import audit
+from aicenter.services.context import Actor
 
 router = APIRouter(prefix="/api/v1", tags=["audit"], responses=ERROR_RESPONSES)
 
@@ -41,11 +43,10 @@ async def list_audit_events(
     until: _Until = None,
 ) -> Page[AuditEventOut]:
     """Who did what to which target, from where; newest first."""
-    page = await audit.list_events(
+    return await _page(
         session,
         actor,
-        limit=paging.limit,
-        cursor=paging.cursor,
+        paging,
         actor_name=actor_name,
         action=action,
         target_type=target_type,
@@ -54,7 +55,6 @@ async def list_audit_events(
         since=since,
         until=until,
     )
-    return Page(items=[AuditEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/workspaces/{workspace_id}/audit-events", openapi_extra=access(Access.WORKSPACE_ADMIN))
@@ -72,11 +72,10 @@ async def list_workspace_audit_events(
 ) -> Page[AuditEventOut]:
     """What was done in the workspace, by anyone: a platform admin who adds themselves to it or changes it
     shows here. Newest first; the workspace's admins and platform admins."""
-    page = await audit.list_events(
+    return await _page(
         session,
         actor,
-        limit=paging.limit,
-        cursor=paging.cursor,
+        paging,
         actor_name=actor_name,
         action=action,
         target_type=target_type,
@@ -85,4 +84,9 @@ async def list_workspace_audit_events(
         since=since,
         until=until,
     )
+
+
+async def _page(session: AsyncSession, actor: Actor, paging: PageParams, **filters: Any) -> Page[AuditEventOut]:
+    """One page of audit events for both lists (the whole platform's, one workspace's)."""
+    page = await audit.list_events(session, actor, limit=paging.limit, cursor=paging.cursor, **filters)
     return Page(items=[AuditEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
