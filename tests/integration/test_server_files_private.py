@@ -63,7 +63,7 @@ async def test_a_fresh_home_is_created_private(open_parent: Path) -> None:
     assert _mode(db_file) == 0o600
     assert WAL_MODES == {"-wal": 0o600, "-shm": 0o600}  # SQLite gives them the database file's mode
     assert _mode(home / "secret_key") == 0o600
-    assert _mode(app.state.ctx.store.path(sha)) == 0o400
+    assert _mode(app.state.ctx.store.path(sha)) == 0o444
     for path in (home, settings.store_dir, db_file):
         assert path.stat().st_uid == os.getuid()
 

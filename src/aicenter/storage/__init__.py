@@ -5,7 +5,7 @@ catalog services record what this package stores; see docs/dev/catalog-contract.
 """
 
 from aicenter.storage.archives import expand_archive
-from aicenter.storage.blobs import BlobStore, hash_file
+from aicenter.storage.blobs import BLOB_MODE, BlobStore, hash_file
 from aicenter.storage.bundle import bundle_header
 from aicenter.storage.gc import FsckReport, GcReport, checked_blob, collect_garbage, fsck, quarantine_damaged
 from aicenter.storage.importer import scan_directory
@@ -15,6 +15,7 @@ from aicenter.storage.staging import Staging, part_count
 from aicenter.storage.tarstream import iter_tar, tar_size
 
 __all__ = [
+    "BLOB_MODE",
     "BlobStore",
     "FileEntry",
     "FsckReport",

@@ -18,8 +18,10 @@ from aicenter.core.errors import HashMismatch, ValidationFailed
 from aicenter.storage.manifest import SHA256_RE
 
 READ_SIZE = 1 << 20
-# Owner-read only: the store is the server's, no other Unix account (jobs included) reads it directly.
-BLOB_MODE = 0o400
+# Read-only for everyone, behind a 0700 store root (``aicenter.storage.private``): no other Unix account can
+# reach a blob through the store, while the hard link of an input file staged into a job's tree (bound read-only
+# into its sandbox) stays readable by the job's own uid. Nobody but the server, its owner, may chmod it.
+BLOB_MODE = 0o444
 # A blob moved or deduplicated into the store gets a fresh mtime when its own is older than this, so garbage
 # collection (which keeps unreferenced blobs younger than its grace period) cannot take it before the commit
 # that references it. Skipping the utime for fresh files saves a syscall per small file.

@@ -31,7 +31,7 @@ def test_put_bytes_exists_missing_open(store: BlobStore) -> None:
     assert store.missing([h, sha(b"other"), h]) == {sha(b"other")}
     with store.open(h) as f:
         assert f.read() == b"hello"
-    assert stat.S_IMODE(store.path(h).stat().st_mode) == 0o400
+    assert stat.S_IMODE(store.path(h).stat().st_mode) == 0o444
     assert next(iter(store.iter_blobs()))[:2] == (h, 5)
     assert os.listdir(store.tmp_dir) == []
 
@@ -58,7 +58,7 @@ def test_put_file_move_renames_without_copy(store: BlobStore, tmp_path: Path) ->
     assert h == hash_file(store.path(h))[0]
     assert store.path(h).stat().st_ino == inode
     assert not src.exists()
-    assert stat.S_IMODE(store.path(h).stat().st_mode) == 0o400
+    assert stat.S_IMODE(store.path(h).stat().st_mode) == 0o444
 
 
 def test_put_file_with_wrong_hash_stores_nothing(store: BlobStore, tmp_path: Path) -> None:

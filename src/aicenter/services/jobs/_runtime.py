@@ -36,7 +36,7 @@ from aicenter.executors.base import ReplicaPlan
 from aicenter.runtime.env import ReplicaAddress, framework_env, runtime_env
 from aicenter.runtime.jobpath import job_pythonpath, write_job_pythonpath
 from aicenter.services.catalog import env_dir
-from aicenter.storage import BlobStore
+from aicenter.storage import BLOB_MODE, BlobStore
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ def _place_file(store: BlobStore, entry: FileEntry, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, target)
+        if os.stat(target).st_mode & 0o444 != 0o444:
+            # A blob an older release stored owner-only: the sandboxed job reads it as its own uid.
+            os.chmod(target, BLOB_MODE)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
             raise
