@@ -19,7 +19,7 @@ from aicenter.controllers import heartbeat, image_builder, jobs, scheduling, sto
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
-from aicenter.executors.local import LocalExecutor
+from aicenter.executors.local import LocalExecutor, unsandboxed_reason
 from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
@@ -28,6 +28,30 @@ from aicenter.storage.private import private_dir, private_file, tighten_if_prese
 from aicenter.web import install as install_console
 
 log = logging.getLogger("aicenter")
+
+_SINGLE_USER_BANNER = """
+{rule}
+NO SANDBOX: {reason}.
+aicenter runs in SINGLE-USER MODE: every job runs unsandboxed as this server's Unix user, so whoever
+submits a job is trusted like that user (the database, the store, the server's files and secrets).
+{consequence}
+For a multi-user center install bubblewrap (Debian/Ubuntu: apt install bubblewrap) and start the
+server as root (each workspace's jobs then run as a uid of their own) or where the kernel allows
+unprivileged user namespaces. See docs/security.md.
+{rule}"""
+_SINGLE_USER_RULE = "No second user can be created (HTTP 409 single_user_mode)."
+_DEV_MULTI_USER = "AICENTER_DEV is set: users may still be created, for development only, never in production."
+
+
+def single_user_mode(settings: Settings) -> str | None:
+    """Why the server runs in single-user mode, or None when its replicas are sandboxed (or AICENTER_DEV
+    lifts the rule); says so once, loudly, in the log (``aicenter up`` prints warnings)."""
+    reason = unsandboxed_reason(settings.sandbox)
+    if reason is None:
+        return None
+    consequence = _DEV_MULTI_USER if settings.dev else _SINGLE_USER_RULE
+    log.warning(_SINGLE_USER_BANNER.format(rule="=" * 100, reason=reason, consequence=consequence))
+    return None if settings.dev else reason
 
 # Functions that build this process's controllers from the context; areas register theirs here.
 CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
@@ -81,6 +105,7 @@ def create_app(
                 settings.jobs_path, sandbox=settings.sandbox, sandbox_uid_base=settings.sandbox_uid_base
             )
         },
+        single_user=single_user_mode(settings),
     )
     # The jobs' quota usage and "version in use" checks, plugged into those areas here, where the app is
     # assembled, rather than as a side effect of some module's import.

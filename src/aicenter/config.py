@@ -163,10 +163,11 @@ class Settings(BaseSettings):
         "before it is killed.",
     )
     sandbox: Literal["auto", "bwrap", "off"] = Field(
-        default="off",
-        description="Run each replica of the local executor in a bubblewrap sandbox: bwrap (always; a launch "
-        "fails where none can be made), auto (where bwrap works here), or off (every job user is trusted like "
-        "the server's Unix user).",
+        default="auto",
+        description="Run each replica of the local executor in a bubblewrap sandbox: auto (where bwrap works "
+        "here; elsewhere the server runs in single-user mode), bwrap (always; a launch fails where none can be "
+        "made), or off (single-user mode: every job user is trusted like the server's Unix user, and no second "
+        "user can be created).",
     )
     sandbox_uid_base: int = Field(
         default=200_000,

@@ -29,6 +29,9 @@ class AppContext:
         store: The artifact store.
         executors: The engines replicas run on, by name (``local``, ``ray``, ``slurm``).
         events: Wakes this process's job controllers after a change they act on.
+        single_user: Why this server runs in single-user mode (its replicas run unsandboxed, as its own Unix
+            user, so every job user is trusted like it), or None when replicas are sandboxed. In single-user
+            mode no second user can be created.
     """
 
     settings: Settings
@@ -38,3 +41,4 @@ class AppContext:
     store: BlobStore
     executors: Mapping[str, Executor] = field(default_factory=dict)
     events: EventBus = field(default_factory=lambda: jobs_changed)
+    single_user: str | None = None

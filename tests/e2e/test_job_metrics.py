@@ -3,6 +3,7 @@ imports ``aicenter.runtime.report``; its metrics come back through the CLI, the 
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ report(step=6, loss=float("nan"))
 
 
 def _spec(tmp_path: Path, image: str) -> Path:
-    (tmp_path / "train.py").write_text(TRAIN)
+    # The script travels in the job's environment: a sandboxed job sees no host path outside its own dirs.
     spec = tmp_path / "job.yaml"
     spec.write_text(
         "name: reports\n"
@@ -42,7 +43,8 @@ def _spec(tmp_path: Path, image: str) -> Path:
         "  - name: worker\n"
         "    replicas: 1\n"
         "    resources: {cpu: 500m, memory: 256Mi}\n"
-        f"    command: python {tmp_path / 'train.py'}\n"
+        f"    env: {{TRAIN_PY: {json.dumps(TRAIN)}}}\n"
+        '    command: python -c "$TRAIN_PY"\n'
     )
     return spec
 

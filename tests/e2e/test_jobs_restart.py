@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 JOBS = 20
 DEADLINE_S = 180.0
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def server_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Settings of the server under test: SQLite in its home, or a fresh PostgreSQL database."""
@@ -53,7 +55,6 @@ def _wait(what: str, check: Any, server: Server) -> Any:
 
 
 def test_kill_9_with_running_jobs_loses_and_duplicates_nothing(tmp_path: Path, server_env: dict[str, str]) -> None:
-    marks = tmp_path / "marks.txt"
     home = tmp_path / "home"
     server = Server(home, env=server_env).start()
     try:
@@ -63,7 +64,9 @@ def test_kill_9_with_running_jobs_loses_and_duplicates_nothing(tmp_path: Path, s
             seconds = 3 + i % 6
             code = (
                 f"import os, time; time.sleep({seconds}); "
-                f"open({str(marks)!r}, 'a').write(os.environ['AICENTER_JOB_ID'] + chr(10))"
+                # Into its own output dir: a sandboxed job sees no other host path.
+                "open(os.path.join(os.environ['AICENTER_OUTPUT_DIR'], 'marks.txt'), 'a')"
+                ".write(os.environ['AICENTER_JOB_ID'] + chr(10))"
             )
             spec = {
                 "name": f"sleep-{i}",
@@ -106,7 +109,10 @@ def test_kill_9_with_running_jobs_loses_and_duplicates_nothing(tmp_path: Path, s
 
         statuses = _wait("every job to finish after the restart", finished, restarted)
         assert set(statuses.values()) == {"succeeded"}, statuses
-        counts = Counter(int(line) for line in marks.read_text().split())
+        jobs_dir = Path(server_env["AICENTER_JOBS_DIR"])
+        counts = Counter(
+            int(line) for i in ids for line in (jobs_dir / str(i) / "output" / "marks.txt").read_text().split()
+        )
         assert counts == Counter(ids), f"each job must run exactly once: {counts}"
         for job_id in ids:
             detail = httpx.get(f"{restarted.url}/api/v1/jobs/{job_id}", headers=headers, timeout=10).json()

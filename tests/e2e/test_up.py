@@ -102,3 +102,27 @@ def test_workers_share_the_port(tmp_path: Path) -> None:
         assert httpx.get(up.url + "/api/v1/health").status_code == 200
     code, output = up.stop(signal.SIGTERM)
     assert code == 0, output
+
+
+def test_without_a_sandbox_up_says_so_and_refuses_a_second_user(tmp_path: Path) -> None:
+    password = "a-strong-admin-password-1"
+    up = Up(tmp_path / "home", env={"AICENTER_SANDBOX": "off", "AICENTER_ADMIN_PASSWORD": password})
+    output = "\n".join(up.lines)
+    assert "NO SANDBOX: AICENTER_SANDBOX=off." in output, output
+    assert "SINGLE-USER MODE" in output
+    with Client(up.url) as api:
+        api.login("admin", password)
+        response = httpx.post(
+            up.url + "/api/v1/users",
+            json={"username": "second", "password": "another-strong-password-2"},
+            headers={"Authorization": f"Bearer {api.token}"},
+        )
+    assert response.status_code == 409, response.text
+    body = response.json()
+    assert body["error"]["code"] == "single_user_mode"
+    assert "install bubblewrap" in body["error"]["message"].lower()
+    users = httpx.get(up.url + "/api/v1/users", headers={"Authorization": f"Bearer {api.token}"}).json()
+    assert [u["username"] for u in users["items"]] == ["admin"], "nothing was created"
+    code, output = up.stop(signal.SIGINT)
+    assert code == 0, output
+    assert output.count("SINGLE-USER MODE") == 1, "said once"

@@ -62,10 +62,10 @@ def test_unknown_password_hashing_profile_refused(tmp_path: Path) -> None:
         Settings(home=tmp_path, dev=True, password_hashing="none")  # type: ignore[arg-type]
 
 
-def test_sandbox_is_off_by_default_and_read_from_the_environment(
+def test_sandbox_is_auto_by_default_and_read_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert (Settings(home=tmp_path).sandbox, Settings(home=tmp_path).sandbox_uid_base) == ("off", 200_000)
+    assert (Settings(home=tmp_path).sandbox, Settings(home=tmp_path).sandbox_uid_base) == ("auto", 200_000)
     monkeypatch.setenv("AICENTER_SANDBOX", "bwrap")
     monkeypatch.setenv("AICENTER_SANDBOX_UID_BASE", "300000")
     settings = Settings(home=tmp_path)

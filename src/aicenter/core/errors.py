@@ -71,6 +71,12 @@ class InUse(Conflict):
     code = "in_use"
 
 
+class SingleUserMode(Conflict):
+    """The server runs in single-user mode (no sandbox can be made here): a second user cannot be created."""
+
+    code = "single_user_mode"
+
+
 class HashMismatch(AicenterError):
     """Received bytes do not hash to what the sender declared; nothing of them is kept."""
 

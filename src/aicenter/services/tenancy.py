@@ -16,7 +16,15 @@ from sqlalchemy import Select, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
-from aicenter.core.errors import AicenterError, Conflict, Forbidden, NotFound, RateLimited, ValidationFailed
+from aicenter.core.errors import (
+    AicenterError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    RateLimited,
+    SingleUserMode,
+    ValidationFailed,
+)
 from aicenter.core.names import check_name, check_text, check_username
 from aicenter.core.roles import TokenKind, UserState, WorkspaceRole
 from aicenter.db.models import ApiToken, LoginAttempt, Membership, Pool, PoolGrant, User, Workspace
@@ -69,15 +77,27 @@ async def create_user(
     email: str | None = None,
     is_platform_admin: bool = False,
     with_default_workspace: bool = True,
+    single_user: str | None = None,
 ) -> User:
     """Create a user and, unless told otherwise, a personal default workspace named after them.
 
+    Args:
+        single_user: Why the server runs in single-user mode (``AppContext.single_user``), if it does: then only
+            the first user can be created.
+
     Raises:
         Forbidden: the actor is not a platform admin.
+        SingleUserMode: the server runs in single-user mode and a user exists already.
         ValidationFailed: a malformed user name, display name, e-mail address or a weak password.
         Conflict: the user name is taken (``details.field == "username"``).
     """
     require_platform_admin(actor, "user creation")
+    if single_user is not None and await session.scalar(select(User.id).limit(1)) is not None:
+        raise SingleUserMode(
+            f"this server runs in single-user mode ({single_user}): jobs run unsandboxed as the server's own "
+            "Unix user, so no second user can be created. Install bubblewrap and restart the server (as root for "
+            "a uid per workspace) to run a multi-user center; see docs/security.md"
+        )
     check_username(username)
     check_text(display_name, "display_name", 128)
     email = _check_email(email)

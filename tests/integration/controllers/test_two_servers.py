@@ -41,7 +41,6 @@ def _headers(url: str) -> dict[str, str]:
 
 
 def test_two_servers_launch_every_replica_exactly_once(tmp_path: Path, shared_env: dict[str, str]) -> None:
-    marks = tmp_path / "marks.txt"
     first = Server(tmp_path / "home-a", env=shared_env).start()
     second = Server(tmp_path / "home-b", env=shared_env).start()
     try:
@@ -49,7 +48,11 @@ def test_two_servers_launch_every_replica_exactly_once(tmp_path: Path, shared_en
         ids = []
         for i in range(JOBS):
             url, headers = servers[i % 2]
-            code = f"import os; open({str(marks)!r}, 'a').write(os.environ['AICENTER_JOB_ID'] + chr(10))"
+            # Into the job's own output dir (shared by its replicas): a sandboxed job sees no other host path.
+            code = (
+                "import os; open(os.path.join(os.environ['AICENTER_OUTPUT_DIR'], 'marks.txt'), 'a')"
+                ".write(os.environ['AICENTER_JOB_ID'] + chr(10))"
+            )
             spec = {
                 "name": f"once-{i}",
                 "tasks": [
@@ -75,7 +78,10 @@ def test_two_servers_launch_every_replica_exactly_once(tmp_path: Path, shared_en
                 pytest.fail(f"timed out: {[j['status'] for j in statuses.values()]}")
             time.sleep(0.25)
         assert {j["status"] for j in statuses.values()} == {"succeeded"}
-        counts = Counter(int(line) for line in marks.read_text().split())
+        output = tmp_path / "jobs"
+        counts = Counter(
+            int(line) for i in ids for line in (output / str(i) / "output" / "marks.txt").read_text().split()
+        )
         assert counts == Counter(dict.fromkeys(ids, 2)), "every replica runs exactly once"  # 2 replicas per job
         for job in statuses.values():
             detail = httpx.get(f"{url}/api/v1/jobs/{job['id']}", headers=headers, timeout=10).json()

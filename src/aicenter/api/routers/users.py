@@ -85,8 +85,9 @@ async def list_users(
 
 
 @router.post("/users", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.ADMIN))
-async def create_user(body: UserCreate, actor: CurrentActor, session: WriteSession) -> UserOut:
-    """Create a user with a personal default workspace."""
+async def create_user(body: UserCreate, actor: CurrentActor, session: WriteSession, ctx: Ctx) -> UserOut:
+    """Create a user with a personal default workspace (409 ``single_user_mode`` on a server without a sandbox,
+    once its first user exists)."""
     user = await tenancy.create_user(
         session,
         actor,
@@ -95,6 +96,7 @@ async def create_user(body: UserCreate, actor: CurrentActor, session: WriteSessi
         display_name=body.display_name,
         email=body.email,
         is_platform_admin=body.is_platform_admin,
+        single_user=ctx.single_user,
     )
     return UserOut.model_validate(user)
 

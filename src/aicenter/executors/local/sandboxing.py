@@ -19,7 +19,7 @@ from aicenter.executors.base import ReplicaPlan
 from aicenter.runtime.files import METRICS_FILE
 from aicenter.runtime.sandbox import SandboxSpec, SandboxSupport, probe
 
-__all__ = ["SandboxMode", "prepare_writable", "sandbox_spec", "sandbox_support"]
+__all__ = ["SandboxMode", "prepare_writable", "sandbox_spec", "sandbox_support", "unsandboxed_reason"]
 
 SandboxMode = Literal["auto", "bwrap", "off"]
 
@@ -33,6 +33,20 @@ _NVIDIA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-to
 def sandbox_support() -> SandboxSupport:
     """``probe()``, once per process (it starts bwrap: ~5 ms)."""
     return probe()
+
+
+def unsandboxed_reason(mode: SandboxMode) -> str | None:
+    """Why this server's replicas run without a sandbox, or None when they run in one.
+
+    ``bwrap`` never runs a replica unsandboxed (its launches fail instead), so it has no reason; ``auto`` falls
+    back to no sandbox where bwrap does not work, and says why.
+    """
+    if mode == "off":
+        return "AICENTER_SANDBOX=off"
+    if mode == "bwrap":
+        return None
+    support = sandbox_support()
+    return None if support.available else support.reason
 
 
 @functools.cache

@@ -65,6 +65,7 @@ async def create_user(post: Post) -> Response:
                 display_name=post.get("display_name"),
                 email=post.get("email") or None,
                 is_platform_admin=post.get("is_platform_admin") == "on",
+                single_user=cx.ctx.single_user,
             )
     except AicenterError as exc:
         return await _list(cx, forms=[failed_form("user-create", post.values, exc, CREATE_FIELDS)], status=exc.status)
