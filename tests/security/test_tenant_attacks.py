@@ -39,6 +39,7 @@ from aicenter.storage.blobs import BlobStore
 from tests.support.servers import Server
 
 pytestmark = [
+    pytest.mark.e2e,  # one real server for the module (the GPU test alone drives the executor directly)
     pytest.mark.skipif(not sandbox_support().available, reason=f"no bwrap sandbox here: {sandbox_support().reason}"),
     pytest.mark.skipif(
         os.geteuid() != 0, reason="tenant isolation needs a server running as root (a uid per workspace)"
