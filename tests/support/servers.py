@@ -99,7 +99,7 @@ class Server:
 
     home: Path
     port: int = field(default_factory=free_port)
-    env: dict[str, str] = field(default_factory=dict)  # extra AICENTER_* settings for this server
+    env: dict[str, str] = field(default_factory=dict)  # AICENTER_* settings for this server (override the defaults)
     proc: subprocess.Popen[str] | None = None
     ready_after_s: float = 0.0
     output: str = ""
@@ -118,7 +118,7 @@ class Server:
         started = time.monotonic()
         self.proc = subprocess.Popen(
             [executable("aicenter"), "up", "--home", str(self.home), "--port", str(self.port)],
-            env=clean_env(AICENTER_ADMIN_PASSWORD=ADMIN_PASSWORD, **{**FAST_HASHING_ENV, **self.env}),
+            env=clean_env(**{"AICENTER_ADMIN_PASSWORD": ADMIN_PASSWORD, **FAST_HASHING_ENV, **self.env}),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
