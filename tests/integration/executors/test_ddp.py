@@ -20,6 +20,7 @@ import pytest
 
 from aicenter.executors import ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
 from aicenter.executors.local import LocalExecutor
+from aicenter.executors.local.sandboxing import sandbox_support
 from aicenter.runtime.env import ReplicaAddress, framework_env, ports_needed, runtime_env
 
 pytest.importorskip("torch")  # in the test extras (torch==2.13.0); CI installs it
@@ -174,9 +175,12 @@ def _results(root: Path) -> list[dict[str, Any]]:
     return [json.loads((root / "output" / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.fixture
-def executor(tmp_path: Path) -> LocalExecutor:
-    return LocalExecutor(tmp_path, node_name=NODE)
+@pytest.fixture(params=["off", "bwrap"])
+def executor(request: pytest.FixtureRequest, tmp_path: Path) -> LocalExecutor:
+    """Unsandboxed, and with each replica in its bubblewrap sandbox (as the server runs them by default)."""
+    if request.param == "bwrap" and not sandbox_support().available:
+        pytest.skip(f"no bwrap sandbox here: {sandbox_support().reason}")
+    return LocalExecutor(tmp_path, node_name=NODE, sandbox=request.param)
 
 
 async def _stop_all(executor: LocalExecutor, handles: list[ReplicaHandle]) -> None:
