@@ -102,7 +102,12 @@ def create_app(
         store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
         executors={
             "local": LocalExecutor(
-                settings.jobs_path, sandbox=settings.sandbox, sandbox_uid_base=settings.sandbox_uid_base
+                settings.jobs_path,
+                sandbox=settings.sandbox,
+                sandbox_uid_base=settings.sandbox_uid_base,
+                sandbox_network=settings.sandbox_network,
+                # A job's API relay goes to this server's own socket, whatever its public URL.
+                api_server=(settings.host, settings.port),
             )
         },
         single_user=single_user_mode(settings),

@@ -176,6 +176,13 @@ class Settings(BaseSettings):
         description="When the server runs as root, a sandboxed replica runs as uid and gid <this> + its "
         "workspace id, never the server's. Pick a range no local account uses.",
     )
+    sandbox_network: Literal["isolated", "host"] = Field(
+        default="isolated",
+        description="The network of a sandboxed replica when the server runs as root: isolated (its job's own "
+        "network namespace on the node: loopback shared by the job's replicas there, nothing of the host, the "
+        "API only through a relay at AICENTER_API_URL) or host (the host's network, what executors spanning "
+        "several nodes need until they have a policy of their own). An unprivileged server always uses host.",
+    )
     scheduler_policy: str = Field(
         default="default",
         description="The scheduling policy: a built-in name (fifo, priority, fair-share, tiresias, sjf, "

@@ -77,3 +77,13 @@ def test_sandbox_settings_refuse_unknown_modes_and_system_uids(tmp_path: Path) -
         Settings(home=tmp_path, sandbox="docker")
     with pytest.raises(ValidationError, match="sandbox_uid_base"):
         Settings(home=tmp_path, sandbox_uid_base=0)
+
+
+def test_sandbox_network_is_isolated_by_default_and_host_on_request(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert Settings(home=tmp_path).sandbox_network == "isolated"
+    monkeypatch.setenv("AICENTER_SANDBOX_NETWORK", "host")
+    assert Settings(home=tmp_path).sandbox_network == "host"
+    with pytest.raises(ValidationError, match="sandbox_network"):
+        Settings(home=tmp_path, sandbox_network="bridge")  # type: ignore[arg-type]

@@ -21,6 +21,12 @@ same process group. bwrap's outer process dies of a SIGTERM (it forwards nothing
 other member of the group (the command's tree; bwrap's init inside ignores it); and bwrap reports a command
 killed by signal n as exit code 128+n, which the launcher records as -n, like an unsandboxed command's.
 
+A sandbox in its job's network namespace (``aicenter.runtime.netns``) comes with two inherited fds: a socket
+listening inside the namespace (``--api-fd``), which the launcher relays to the API (``aicenter.runtime.relay``)
+for as long as it runs, and a share of the namespace (``--netns-fd``). When the command has ended, the relay
+stops accepting and finishes its open connections, the share is dropped, and the namespace is removed if this
+was the last replica of the job on the node.
+
 Start-up time is the job's latency (and, with 200 replicas starting at once on 2 cores, CPU the API and the
 controllers need): the executor runs it with ``python -S -E`` and this module imports only what the first
 output line needs. ``psutil`` (~16 ms of imports) is loaded by the memory watchdog's thread, after the command
@@ -70,6 +76,9 @@ READ_CHUNK = 64 * 1024
 # After the command exited and its group was killed, the pipes close at once unless a process that left the
 # group (setsid) still holds them; the launcher does not wait longer than this for such a straggler.
 DRAIN_TIMEOUT_S = 10.0
+# The API relay's connections may be another replica's (the kernel spreads them over the job's relays): once the
+# command ended they get this long to finish before the launcher exits.
+RELAY_DRAIN_S = 10.0
 
 
 def _log(level: str, message: str) -> None:
@@ -221,9 +230,18 @@ def _command_argv(plan: LauncherPlan) -> list[str]:
 class _Supervisor:
     """One replica's command, its output pumps, its memory watchdog and its status record."""
 
-    def __init__(self, plan: LauncherPlan, run_dir: Path, ready_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        plan: LauncherPlan,
+        run_dir: Path,
+        ready_fd: int | None = None,
+        *,
+        api_fd: int | None = None,
+        netns_fd: int | None = None,
+    ) -> None:
         self.plan = plan
         self.run_dir = run_dir
+        self.network = _Network(plan, api_fd, netns_fd)
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None
         self.oom = False
@@ -294,7 +312,9 @@ class _Supervisor:
             output = _Output(self.run_dir / OUTPUT_FILE)
         except OSError as exc:
             self._finish(None, f"launch failed: {exc}")
+            self.network.close()
             return 0
+        self.network.start()  # the socket listens already: a request made before the relay accepts waits for it
         try:
             self.child = subprocess.Popen(
                 _command_argv(plan),
@@ -309,6 +329,7 @@ class _Supervisor:
         except OSError as exc:
             output.close()
             self._finish(None, f"launch failed: {exc}")
+            self.network.close()
             return 0
         child = self.child
         if self.stop_signal is not None:  # a stop that arrived while the command was being started
@@ -347,7 +368,64 @@ class _Supervisor:
         else:
             reason = None
         self._finish(exit_code, reason)
+        self.network.close()
         return 0
+
+
+class _Network:
+    """The replica's API relay and its share of the job's network namespace (both absent without one)."""
+
+    def __init__(self, plan: LauncherPlan, api_fd: int | None, netns_fd: int | None) -> None:
+        sandbox = plan.sandbox or {}
+        upstream = sandbox.get("api_upstream")
+        self.upstream = None if not upstream else (str(upstream[0]), int(upstream[1]))
+        self.netns: str | None = sandbox.get("netns")
+        self.api_fd = api_fd
+        self.netns_fd = netns_fd
+        self.relay: Any = None
+        self.serving = False
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        """Serve the relay in a thread, which also pays for its imports (socket: ~2 ms), off the launch path."""
+        if self.api_fd is not None and self.upstream is not None:
+            self.serving = True
+            threading.Thread(target=self._serve, name="relay", daemon=True).start()
+
+    def _serve(self) -> None:
+        from aicenter.runtime.relay import Relay
+
+        assert self.api_fd is not None
+        assert self.upstream is not None
+        try:
+            self.relay = Relay(self.api_fd, self.upstream)
+        finally:
+            self.ready.set()
+        self.relay.serve()
+
+    def close(self) -> None:
+        """Stop the relay, drop this replica's share of the namespace, and remove it if nobody else holds it."""
+        if self.api_fd is not None:
+            if self.serving and self.ready.wait(DRAIN_TIMEOUT_S) and self.relay is not None:
+                if not self.relay.close(RELAY_DRAIN_S):
+                    _log("WARNING", f"API relay connections still open after {RELAY_DRAIN_S:g} s; cutting them")
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(self.api_fd)
+            self.api_fd = None
+        if self.netns_fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.close(self.netns_fd)
+        self.netns_fd = None
+        if self.netns:
+            from aicenter.runtime import netns  # only at the end: it imports ctypes
+
+            try:
+                if netns.release(os.path.basename(self.netns)):
+                    _log("INFO", f"removed the job's network namespace {self.netns}")
+            except OSError as exc:  # a later launch or sweep removes it
+                _log("WARNING", f"cannot remove the network namespace {self.netns}: {exc}")
 
 
 def _detach() -> None:
@@ -357,36 +435,42 @@ def _detach() -> None:
     os.setsid()
 
 
-USAGE = "usage: python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] RUN_DIR/plan.json"
+USAGE = (
+    "usage: python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] [--api-fd FD] [--netns-fd FD] "
+    "RUN_DIR/plan.json"
+)
+_FD_OPTIONS = ("--ready-fd", "--api-fd", "--netns-fd")
 
 
-def _parse(args: list[str]) -> tuple[bool, int | None, list[str]] | None:
-    detach, ready_fd, rest = False, None, []
+def _parse(args: list[str]) -> tuple[bool, dict[str, int], list[str]] | None:
+    detach, fds, rest = False, {}, []
     it = iter(args)
     for arg in it:
         if arg == "--detach":
             detach = True
-        elif arg == "--ready-fd":
+        elif arg in _FD_OPTIONS:
             try:
-                ready_fd = int(next(it))
+                fds[arg] = int(next(it))
             except (StopIteration, ValueError):
                 return None
         else:
             rest.append(arg)
-    return detach, ready_fd, rest
+    return detach, fds, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] RUN_DIR/plan.json``.
+    """Entry point: ``python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] ... RUN_DIR/plan.json``.
 
     ``--ready-fd``: a pipe's write end inherited from the executor; one byte is written to it (and it is
     closed) once ``status.json`` holds the first record, so ``launch`` returns without polling.
+    ``--api-fd``, ``--netns-fd``: the API socket inside the job's network namespace and the share of that
+    namespace (``aicenter.runtime.netns.HeldNetns``), inherited from the executor.
     """
     parsed = _parse(list(sys.argv[1:] if argv is None else argv))
     if parsed is None or len(parsed[2]) != 1:
         print(USAGE, file=sys.stderr)
         return 2
-    detach, ready_fd, (plan_arg,) = parsed
+    detach, fds, (plan_arg,) = parsed
     plan_path = Path(plan_arg).absolute()
     if detach:
         _detach()
@@ -405,7 +489,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (read_json(plan_path.parent / STATUS_FILE) or {}).get("launcher_pid"):
         _log("INFO", f"{plan_path.parent} already ran a launcher; a run directory is used once")
         return 3
-    supervisor = _Supervisor(LauncherPlan.from_json(data), plan_path.parent, ready_fd)
+    supervisor = _Supervisor(
+        LauncherPlan.from_json(data),
+        plan_path.parent,
+        fds.get("--ready-fd"),
+        api_fd=fds.get("--api-fd"),
+        netns_fd=fds.get("--netns-fd"),
+    )
     _drop_secrets(plan_path, data)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
@@ -419,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if supervisor.child is not None:
             _kill_group(supervisor.child.pid, signal.SIGKILL)
         supervisor._finish(None, f"launcher error: {exc}")
+        supervisor.network.close()
         return 1
 
 

@@ -17,8 +17,11 @@ What a sandboxed replica sees (``SandboxSpec``):
   a minimal ``/dev`` (null, zero, random, tty, pts) plus the accelerator device nodes it was given, by path;
 - its own PID namespace with a new ``/proc`` (other replicas and the server are invisible and cannot be
   signalled), its own IPC and UTS namespaces and, where the kernel has it, cgroup namespace;
-- the host's network: loopback and the node's addresses stay usable for DDP/MPI rendezvous and for the
-  platform's API (``AICENTER_API_URL``), which is the job's only door to the platform;
+- as root, its job's network namespace (``netns``: ``nsenter --net=PATH`` runs bwrap inside it, see
+  ``aicenter.runtime.netns``): loopback shared with the job's other replicas on the node, for DDP/MPI
+  rendezvous, and nothing of the host; the platform's API is reached through the launcher's relay
+  (``api_upstream``, ``aicenter.runtime.relay``) at ``AICENTER_API_URL``, the job's only door to the platform.
+  Without a namespace (an unprivileged server, ``AICENTER_SANDBOX_NETWORK=host``) it shares the host's network;
 - no capabilities and ``no_new_privs`` (bwrap always sets it: setuid binaries inside cannot raise privileges).
 
 Identity. A server running as root (production, CI) gives each workspace its own Unix uid/gid
@@ -90,6 +93,7 @@ SHM = "/dev/shm"  # noqa: S108
 # Mount points the argv creates itself; bind destinations below them need no parent directories made.
 _MOUNTED = ("/", TMP, "/proc", "/dev", SHM, "/etc")
 SETPRIV = "/usr/bin/setpriv"
+NSENTER = "/usr/bin/nsenter"
 
 
 class SandboxSpec(NamedTuple):
@@ -105,6 +109,9 @@ class SandboxSpec(NamedTuple):
         bwrap: The bubblewrap executable.
         system: System paths bound read-only (symlinks are recreated as symlinks).
         etc: Files and directories of ``/etc`` bound read-only when they exist.
+        netns: The network namespace the sandbox runs in (its file, ``/run/netns/<name>``); None keeps the
+            caller's network. bwrap itself never unshares the network: the job's replicas share this one.
+        api_upstream: The API's ``(host, port)`` that the launcher relays the namespace's API socket to.
     """
 
     read_only: tuple[str, ...] = ()
@@ -116,6 +123,8 @@ class SandboxSpec(NamedTuple):
     bwrap: str = "bwrap"
     system: tuple[str, ...] = SYSTEM_PATHS
     etc: tuple[str, ...] = ETC_FILES
+    netns: str | None = None
+    api_upstream: tuple[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object for the launcher's plan."""
@@ -129,12 +138,15 @@ class SandboxSpec(NamedTuple):
             "bwrap": self.bwrap,
             "system": list(self.system),
             "etc": list(self.etc),
+            "netns": self.netns,
+            "api_upstream": None if self.api_upstream is None else list(self.api_upstream),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SandboxSpec:
         """The spec ``to_json`` wrote."""
         uid, gid = data.get("uid"), data.get("gid")
+        netns, upstream = data.get("netns"), data.get("api_upstream")
         return cls(
             read_only=tuple(str(p) for p in data.get("read_only") or ()),
             read_write=tuple(str(p) for p in data.get("read_write") or ()),
@@ -145,6 +157,8 @@ class SandboxSpec(NamedTuple):
             bwrap=str(data.get("bwrap") or "bwrap"),
             system=tuple(str(p) for p in data.get("system") or SYSTEM_PATHS),
             etc=tuple(str(p) for p in data.get("etc") or ETC_FILES),
+            netns=None if netns is None else str(netns),
+            api_upstream=None if not upstream else (str(upstream[0]), int(upstream[1])),
         )
 
 
@@ -166,9 +180,12 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         command: The command and its arguments, e.g. ``["/bin/sh", "-c", "python train.py"]``.
 
     Returns:
-        ``[bwrap, options..., "--", (setpriv ...,) *command]``; no environment values (see the module docstring).
+        ``[(nsenter --net=NETNS,) bwrap, options..., "--", (setpriv ...,) *command]``; no environment values
+        (see the module docstring).
     """
-    argv = [spec.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    # nsenter opens the namespace and execs bwrap in it (no fork: bwrap keeps the pid the launcher signals).
+    argv = [] if spec.netns is None else [NSENTER, f"--net={spec.netns}"]
+    argv += [spec.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     made: set[str] = set(_MOUNTED)
     for path in spec.system:
         if os.path.islink(path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aicenter.runtime.sandbox import SandboxSpec, bwrap_argv, probe
+from aicenter.runtime.sandbox import NSENTER, SandboxSpec, bwrap_argv, probe
 
 SUPPORT = probe()
 needs_bwrap = pytest.mark.skipif(not SUPPORT.available, reason=f"no bwrap sandbox here: {SUPPORT.reason}")
@@ -88,6 +88,22 @@ def test_a_root_server_switches_to_the_job_uid_and_drops_capabilities(tmp_path: 
 def test_the_spec_survives_the_launcher_plan(tmp_path: Path) -> None:
     spec = _spec(tmp_path, uid=JOB_UID, gid=JOB_UID, devices=("/dev/nvidia0",))
     assert SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    spec = spec._replace(netns="/run/netns/aicenter-x-job-1", api_upstream=("127.0.0.1", 8000))
+    assert SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_a_job_network_namespace_is_entered_before_bwrap_which_keeps_it(tmp_path: Path) -> None:
+    """bwrap runs inside the job's namespace (nsenter execs it: the launcher's child is still bwrap's pid) and
+    never makes one of its own: the job's replicas share the namespace's loopback."""
+    argv = bwrap_argv(_spec(tmp_path, netns="/run/netns/aicenter-x-job-1", uid=JOB_UID), ["true"])
+    assert argv[:3] == [NSENTER, "--net=/run/netns/aicenter-x-job-1", SUPPORT.bwrap or "bwrap"]
+    assert "--unshare-net" not in argv
+    assert "--share-net" not in argv
+    assert argv[argv.index("--") + 1].endswith("setpriv")  # the uid switch still happens inside
+    # Without a namespace: bwrap first, on the caller's network.
+    plain = bwrap_argv(_spec(tmp_path), ["true"])
+    assert plain[0] == (SUPPORT.bwrap or "bwrap")
+    assert not any(a.startswith("--net") or a == NSENTER for a in plain)
 
 
 @needs_bwrap

@@ -36,7 +36,15 @@ from aicenter.executors.base import (
     ReplicaStatus,
 )
 from aicenter.executors.local.host import detect_host, node_name
-from aicenter.executors.local.sandboxing import SandboxMode, prepare_writable, sandbox_spec, sandbox_support
+from aicenter.executors.local.sandboxing import (
+    NetworkMode,
+    SandboxMode,
+    isolate_network,
+    prepare_writable,
+    sandbox_spec,
+    sandbox_support,
+)
+from aicenter.runtime import netns
 from aicenter.runtime.files import (
     LAUNCHER_LOG,
     OUTPUT_FILE,
@@ -121,6 +129,12 @@ class LocalExecutor:
             sandbox (``aicenter.runtime.sandbox``) and refuses to launch where none can be made; ``auto`` sandboxes
             where bwrap works and runs unsandboxed elsewhere.
         sandbox_uid_base: As root, a sandboxed replica runs as uid and gid ``sandbox_uid_base + workspace id``.
+        sandbox_network: As root, ``isolated`` runs a sandboxed replica in its job's network namespace on this
+            host (loopback shared with the job's other replicas, nothing of the host), reaching the API only
+            through a relay at ``AICENTER_API_URL`` (``aicenter.runtime.netns``, ``aicenter.runtime.relay``);
+            ``host`` shares the host's network. An unprivileged server always shares it.
+        api_server: The server's own listening ``(host, port)``, where the relay forwards; None forwards to the
+            plan's ``AICENTER_API_URL``.
     """
 
     name = "local"
@@ -133,28 +147,49 @@ class LocalExecutor:
         *,
         sandbox: SandboxMode = "off",
         sandbox_uid_base: int = 200_000,
+        sandbox_network: NetworkMode = "isolated",
+        api_server: tuple[str, int] | None = None,
     ) -> None:
         self.root = root
         self.node_name = node_name or _default_node_name()
         self.launch_timeout_s = launch_timeout_s
         self.sandbox = sandbox
         self.sandbox_uid_base = sandbox_uid_base
+        self.sandbox_network = sandbox_network
+        self.api_server = api_server
         self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
 
-    def _sandbox_of(self, plan: ReplicaPlan, run_dir: Path) -> dict[str, Any] | None:
-        """The plan's sandbox as the launcher reads it, its writable paths made ready; None when off."""
+    def _sandbox_of(
+        self, plan: ReplicaPlan, run_dir: Path
+    ) -> tuple[dict[str, Any] | None, dict[str, str], netns.HeldNetns | None]:
+        """The plan's sandbox as the launcher reads it (None when off), its writable paths made ready; the
+        variables it changes, and the job's network namespace held for this launch (None on the host's)."""
         if self.sandbox == "off":
-            return None
+            return None, {}, None
         support = sandbox_support()
         if not support.available or support.bwrap is None:
             if self.sandbox == "auto":
-                return None
+                return None, {}, None
             raise LaunchFailed(f"AICENTER_SANDBOX=bwrap but no sandbox can be made here: {support.reason}")
         spec = sandbox_spec(
             plan, run_dir, bwrap=support.bwrap, uid_base=self.sandbox_uid_base if support.as_root else None
         )
         prepare_writable(spec)
-        return spec.to_json()
+        if not support.as_root or self.sandbox_network == "host":
+            return spec.to_json(), {}, None
+        try:
+            spec, env, held = isolate_network(spec, plan, scope=str(self.root or ""), api_server=self.api_server)
+        except ValueError as exc:
+            raise LaunchFailed(str(exc)) from exc
+        return spec.to_json(), env, held
+
+    async def _release_network(self, run_dir: Path | str) -> None:
+        """Remove the replica's network namespace if no replica of its job holds it any more (its launcher,
+        killed, could not): a no-op while another replica of the job runs here."""
+        path = ((read_json(Path(run_dir) / PLAN_FILE) or {}).get("sandbox") or {}).get("netns")
+        if path:
+            with contextlib.suppress(OSError, ValueError):  # a later launch's sweep removes it
+                await asyncio.to_thread(netns.release, os.path.basename(path))
 
     # -- launch ----------------------------------------------------------------------------------------------
 
@@ -193,13 +228,35 @@ class LocalExecutor:
         if existing is not None and existing.get("launcher_pid"):
             return self._handle(run_dir, existing)
         try:
-            sandbox = await asyncio.to_thread(self._sandbox_of, plan, run_dir)
+            sandbox, env, held = await asyncio.to_thread(self._sandbox_of, plan, run_dir)
         except OSError as exc:
             raise LaunchFailed(f"cannot prepare the sandbox of {run_dir}: {exc}") from exc
+        try:
+            return await self._start(plan, run_dir, sandbox, env, held)
+        except BaseException:
+            if held is not None:
+                held.close()
+                with contextlib.suppress(OSError):  # no launcher took it over: nobody else may hold it
+                    await asyncio.to_thread(netns.release, held.name)
+                held = None
+            raise
+        finally:
+            if held is not None:
+                held.close()  # the launcher holds its own copies
+
+    async def _start(
+        self,
+        plan: ReplicaPlan,
+        run_dir: Path,
+        sandbox: dict[str, Any] | None,
+        env: dict[str, str],
+        held: netns.HeldNetns | None,
+    ) -> ReplicaHandle:
+        """Write the launcher's plan, start the launcher (handing it ``held``'s fds) and wait for its record."""
         launcher_plan = LauncherPlan(
             command=plan.command,
             workdir=str(plan.workdir),
-            env=dict(plan.env),
+            env={**plan.env, **env},
             devices=tuple(plan.devices),
             cpus=None if plan.cpus is None else tuple(plan.cpus),
             memory_bytes=plan.memory_bytes,
@@ -216,6 +273,11 @@ class LocalExecutor:
         # The launcher writes a byte into this pipe once status.json holds its first record: launch returns
         # then, instead of polling the file (the 20 ms poll cost 10 ms per launch on average).
         ready_r, ready_w = os.pipe()
+        held_args: list[str] = []
+        if held is not None:
+            held_args += ["--netns-fd", str(held.hold_fd)]
+            if held.api_socket is not None:
+                held_args += ["--api-fd", str(held.api_socket.fileno())]
         try:
             with log_file:
                 # The launcher forks away from this short-lived intermediate (--detach): it is never our child,
@@ -229,13 +291,14 @@ class LocalExecutor:
                     "--detach",
                     "--ready-fd",
                     str(ready_w),
+                    *held_args,
                     str(run_dir / PLAN_FILE),
                     stdin=asyncio.subprocess.DEVNULL,
                     env=launcher_env(dict(os.environ)),
                     stdout=log_file,
                     stderr=log_file,
                     start_new_session=True,
-                    pass_fds=(ready_w,),
+                    pass_fds=(ready_w, *(int(a) for a in held_args[1::2])),
                 )
                 os.close(ready_w)  # ours: the pipe reaches EOF when the launcher writes or dies
                 ready_w = -1
@@ -302,6 +365,7 @@ class LocalExecutor:
         record = self._record(handle)
         if record.get("state") == "exited":
             return self._exited(record)
+        await self._release_network(handle.run_dir)  # a killed launcher could not remove it
         return ReplicaStatus(
             ReplicaState.LOST, reason="launcher lost", started_at=parse_stamp(record.get("started_at"))
         )
@@ -326,6 +390,10 @@ class LocalExecutor:
         (a job trapping SIGTERM to checkpoint must not see it twice). Without a launcher (it was killed), the
         command's group is signalled directly.
         """
+        await self._stop(handle, grace_s)
+        await self._release_network(handle.run_dir)
+
+    async def _stop(self, handle: ReplicaHandle, grace_s: float) -> None:
         record = self._record(handle)
         if record.get("state") == "exited":
             return

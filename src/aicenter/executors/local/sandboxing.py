@@ -1,8 +1,9 @@
-"""The sandbox of a local replica: which host paths and devices its ``SandboxSpec`` binds, and its uid.
+"""The sandbox of a local replica: which host paths and devices its ``SandboxSpec`` binds, its uid, its network.
 
 The spec is built from the plan alone: the job's directories are the ``AICENTER_*_DIR`` variables the plan's
 environment carries (``aicenter.runtime.env``), the Python it runs is ``python_bin`` (a venv image) or the
-server's own interpreter, and the devices are the indices the scheduler assigned.
+server's own interpreter, and the devices are the indices the scheduler assigned. As root, ``isolate_network``
+then puts it in its job's network namespace (``aicenter.runtime.netns``) with an API relay.
 """
 
 from __future__ import annotations
@@ -16,12 +17,23 @@ from typing import Literal
 
 import aicenter
 from aicenter.executors.base import ReplicaPlan
+from aicenter.runtime import netns
 from aicenter.runtime.files import METRICS_FILE
-from aicenter.runtime.sandbox import SandboxSpec, SandboxSupport, probe
+from aicenter.runtime.relay import relay_target
+from aicenter.runtime.sandbox import NSENTER, SandboxSpec, SandboxSupport, probe
 
-__all__ = ["SandboxMode", "prepare_writable", "sandbox_spec", "sandbox_support", "unsandboxed_reason"]
+__all__ = [
+    "NetworkMode",
+    "SandboxMode",
+    "isolate_network",
+    "prepare_writable",
+    "sandbox_spec",
+    "sandbox_support",
+    "unsandboxed_reason",
+]
 
 SandboxMode = Literal["auto", "bwrap", "off"]
+NetworkMode = Literal["isolated", "host"]
 
 _READ_ONLY_VARIABLES = ("AICENTER_CODE_DIR", "AICENTER_DATA_DIR")
 _READ_WRITE_VARIABLES = ("AICENTER_OUTPUT_DIR", "AICENTER_CHECKPOINT_DIR")
@@ -129,3 +141,34 @@ def prepare_writable(spec: SandboxSpec) -> None:
         for top, dirs, files in os.walk(path):
             for name in dirs + files:
                 os.lchown(os.path.join(top, name), spec.uid, gid)
+
+
+def isolate_network(
+    spec: SandboxSpec, plan: ReplicaPlan, *, scope: str, api_server: tuple[str, int] | None
+) -> tuple[SandboxSpec, dict[str, str], netns.HeldNetns]:
+    """Put the replica's sandbox in its job's network namespace on this node, with its door to the API.
+
+    Args:
+        spec: The replica's sandbox, from ``sandbox_spec``.
+        plan: Its plan; ``AICENTER_API_URL`` in its environment, when present, gets a relay.
+        scope: What names this platform on the host (the executor's jobs directory), see ``job_netns_name``.
+        api_server: The server's own listening address for the relay, or None to relay to ``AICENTER_API_URL``.
+
+    Returns:
+        The spec with ``netns`` and ``api_upstream`` set, the variables that change (``AICENTER_API_URL`` now
+        names the relay inside the namespace), and the held namespace, whose fds go to the launcher and are then
+        closed here.
+
+    Raises:
+        OSError: The namespace could not be made or joined (not root, no nsenter).
+        ValueError: ``AICENTER_API_URL`` is not an http(s) URL.
+    """
+    if not os.access(NSENTER, os.X_OK):
+        raise OSError(f"{NSENTER} (util-linux) is missing: the replica cannot enter its job's network namespace")
+    env: dict[str, str] = {}
+    upstream = None
+    api_url = plan.env.get("AICENTER_API_URL")
+    if api_url:
+        upstream, env["AICENTER_API_URL"] = relay_target(api_url, api_server)
+    held = netns.enter(netns.job_netns_name(scope, plan.job_id), None if upstream is None else upstream[1])
+    return spec._replace(netns=held.path, api_upstream=upstream), env, held

@@ -26,7 +26,9 @@ cpus = st.one_of(
     st.sampled_from(["0.5", "2", "1.25", 0.5, 2.5]),
 )
 memories = st.one_of(
-    st.builds(lambda n, u: f"{n}{u}", st.integers(min_value=1, max_value=512), st.sampled_from(["Mi", "Gi", "M", "G"])),
+    st.builds(lambda n, u: f"{n}{u}", st.integers(min_value=1, max_value=512), st.sampled_from(["Mi", "Gi", "G"])),
+    # A spec asks for at least 1Mi; 1M (10^6 bytes) is less, so decimal megabytes start at 2M.
+    st.builds(lambda n: f"{n}M", st.integers(min_value=2, max_value=512)),
     st.integers(min_value=2**20, max_value=2**40),
 )
 
