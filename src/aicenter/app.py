@@ -78,7 +78,12 @@ def create_app(
         store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
         executors={
             "local": LocalExecutor(
-                settings.jobs_path, sandbox=settings.sandbox, sandbox_uid_base=settings.sandbox_uid_base
+                settings.jobs_path,
+                sandbox=settings.sandbox,
+                sandbox_uid_base=settings.sandbox_uid_base,
+                pids_max=settings.replica_pids_max,
+                cgroups=settings.replica_cgroups,
+                cgroup_parent=settings.replica_cgroup_parent,
             )
         },
     )

@@ -121,6 +121,10 @@ class LocalExecutor:
             sandbox (``aicenter.runtime.sandbox``) and refuses to launch where none can be made; ``auto`` sandboxes
             where bwrap works and runs unsandboxed elsewhere.
         sandbox_uid_base: As root, a sandboxed replica runs as uid and gid ``sandbox_uid_base + workspace id``.
+        pids_max: The most processes and threads one replica may have (its cgroup's ``pids.max``); 0: no limit.
+        cgroups: Enforce each replica's limits in its own control group where the host allows
+            (``aicenter.runtime.cgroups``); False: the launcher's memory watchdog only.
+        cgroup_parent: The control group that holds the replicas' groups; "" for the default.
     """
 
     name = "local"
@@ -133,12 +137,18 @@ class LocalExecutor:
         *,
         sandbox: SandboxMode = "off",
         sandbox_uid_base: int = 200_000,
+        pids_max: int = 4096,
+        cgroups: bool = True,
+        cgroup_parent: str = "",
     ) -> None:
         self.root = root
         self.node_name = node_name or _default_node_name()
         self.launch_timeout_s = launch_timeout_s
         self.sandbox = sandbox
         self.sandbox_uid_base = sandbox_uid_base
+        self.pids_max = pids_max
+        self.cgroups = cgroups
+        self.cgroup_parent = cgroup_parent
         self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
 
     def _sandbox_of(self, plan: ReplicaPlan, run_dir: Path) -> dict[str, Any] | None:
@@ -206,6 +216,10 @@ class LocalExecutor:
             python_bin=None if plan.python_bin is None else str(plan.python_bin),
             label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
             sandbox=sandbox,
+            cpu_milli=plan.cpu_milli,
+            pids_max=self.pids_max,
+            cgroups=self.cgroups,
+            cgroup_parent=self.cgroup_parent,
         )
         try:
             # In a thread: the plan is fsynced, which can take a while on a busy disk.
