@@ -317,6 +317,12 @@ def _write(path: str, value: str) -> None:
         os.close(fd)
 
 
+def _make_group_dir(path: str) -> None:
+    """``mkdir`` in a cgroup filesystem: the kernel fills the new directory with the group's interface files
+    (the unit tests replace this with a function that does the same in a plain directory)."""
+    os.mkdir(path)
+
+
 def _enable_controllers(group: str, wanted: Sequence[str]) -> None:
     """Hand ``wanted`` down to ``group``'s children (v2 ``cgroup.subtree_control``), those not handed yet."""
     present = set(_read(os.path.join(group, "cgroup.subtree_control")).split())
@@ -381,23 +387,24 @@ class ReplicaGroup:
                 top = layout.parents[""]
                 for above in layout.enable:  # the group above ``aicenter``, then ``aicenter`` itself
                     if above == top:
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(top)
+                        with contextlib.suppress(FileExistsError):  # another launcher's, or made earlier
+                            _make_group_dir(top)
                     _enable_controllers(above, wanted)
                 _prune(top)
                 group.dirs[""] = os.path.join(top, name)
-                os.mkdir(group.dirs[""])
+                _make_group_dir(group.dirs[""])
                 _apply(group.dirs[""], v2_settings(limits))
             else:
                 settings = v1_settings(limits)
                 for controller, top in layout.parents.items():
-                    os.makedirs(top, exist_ok=True)
+                    with contextlib.suppress(FileExistsError):  # another launcher's, or made earlier
+                        _make_group_dir(top)
                     _prune(top)
                     path = os.path.join(top, name)
                     if path in group.dirs.values():
-                        _apply(path, settings[controller])  # co-mounted with one made already (cpu,pids?)
+                        _apply(path, settings[controller])  # a hierarchy with two of the controllers
                         continue
-                    os.mkdir(path)
+                    _make_group_dir(path)
                     group.dirs[controller] = path
                     _apply(path, settings[controller])
             group._procs_fds = [os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY) for d in group.dirs.values()]
