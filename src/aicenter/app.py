@@ -108,6 +108,9 @@ def create_app(
                 sandbox_network=settings.sandbox_network,
                 # A job's API relay goes to this server's own socket, whatever its public URL.
                 api_server=(settings.host, settings.port),
+                pids_max=settings.replica_pids_max,
+                cgroups=settings.replica_cgroups,
+                cgroup_parent=settings.replica_cgroup_parent,
             )
         },
         single_user=single_user_mode(settings),

@@ -183,6 +183,24 @@ class Settings(BaseSettings):
         "API only through a relay at AICENTER_API_URL) or host (the host's network, what executors spanning "
         "several nodes need until they have a policy of their own). An unprivileged server always uses host.",
     )
+    replica_cgroups: bool = Field(
+        default=True,
+        description="Enforce each local replica's memory, CPU and process limits in its own kernel control "
+        "group (cgroup v2, else v1) where the server may make one; elsewhere, or when false, a watchdog samples "
+        "the replica's memory and kills it past its limit.",
+    )
+    replica_cgroup_parent: str = Field(
+        default="",
+        description="The control group (a path as /proc/self/cgroup writes it, e.g. /aicenter.slice) that holds "
+        "the replicas' groups. Empty: 'aicenter' below the server's own group's parent (cgroup v2: a systemd "
+        "unit with Delegate=yes and DelegateSubgroup=) or below the server's own group (v1).",
+    )
+    replica_pids_max: int = Field(
+        default=4096,
+        ge=0,
+        description="The most processes and threads one local replica may have at once, where a cgroup "
+        "enforces it (a fork bomb stops there); 0: no limit.",
+    )
     scheduler_policy: str = Field(
         default="default",
         description="The scheduling policy: a built-in name (fifo, priority, fair-share, tiresias, sjf, "

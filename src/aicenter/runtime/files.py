@@ -57,11 +57,17 @@ class LauncherPlan(NamedTuple):
         workdir: The command's working directory.
         devices: Accelerator indices for ``CUDA_VISIBLE_DEVICES``; empty means none (the variable is ``""``).
         cpus: CPU ids for the affinity of the whole process tree, or None.
-        memory_bytes: The limit on the process tree's resident memory; 0 means none.
+        memory_bytes: The replica's memory limit (its cgroup's, else the process tree's resident memory the
+            launcher's watchdog samples); 0 means none.
         python_bin: A directory put first on PATH, or None.
         label: A name for the launcher's own log lines, e.g. ``job 7 worker/1 attempt 0``.
         sandbox: ``SandboxSpec.to_json()`` of the replica's sandbox (``aicenter.runtime.sandbox``), or None to
             run the command unsandboxed.
+        cpu_milli: The CPU quota, in milli-cores, where a cgroup enforces it; 0 means none.
+        pids_max: The most processes and threads the replica may have, where a cgroup enforces it; 0: none.
+        cgroups: Enforce the limits in a control group where the host allows (``aicenter.runtime.cgroups``);
+            False keeps the memory watchdog alone.
+        cgroup_parent: The group to hold the replica's group instead of the default; "" for the default.
     """
 
     command: str
@@ -73,6 +79,10 @@ class LauncherPlan(NamedTuple):
     python_bin: str | None = None
     label: str = ""
     sandbox: dict[str, Any] | None = None
+    cpu_milli: int = 0
+    pids_max: int = 0
+    cgroups: bool = True
+    cgroup_parent: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -84,6 +94,10 @@ class LauncherPlan(NamedTuple):
             "memory_bytes": self.memory_bytes,
             "python_bin": self.python_bin,
             "label": self.label,
+            "cpu_milli": self.cpu_milli,
+            "pids_max": self.pids_max,
+            "cgroups": self.cgroups,
+            "cgroup_parent": self.cgroup_parent,
         }
         if self.sandbox is not None:  # absent rather than null: an unsandboxed plan reads as it always did
             data["sandbox"] = self.sandbox
@@ -102,6 +116,10 @@ class LauncherPlan(NamedTuple):
             python_bin=data.get("python_bin"),
             label=str(data.get("label") or ""),
             sandbox=data.get("sandbox"),
+            cpu_milli=int(data.get("cpu_milli") or 0),
+            pids_max=int(data.get("pids_max") or 0),
+            cgroups=bool(data.get("cgroups", True)),
+            cgroup_parent=str(data.get("cgroup_parent") or ""),
         )
 
 

@@ -9,12 +9,16 @@ run directory (see ``aicenter.runtime.files``). The launcher:
    ``CUDA_VISIBLE_DEVICES``;
 2. copies stdout and stderr into ``output.log`` line by line, each prefixed by a UTC timestamp, written as it
    comes (one ``write`` per batch of lines, so followers see it at once);
-3. watches the resident memory of the whole process tree every 0.5 s and kills the group when it exceeds the
-   limit (reason ``oom``). This is a sampling watchdog: a burst between two samples can go past the limit
-   briefly, and the kernel's own OOM killer (a cgroup limit) is not observed here;
+3. enforces the replica's limits: where the host lets it make a control group (``aicenter.runtime.cgroups``),
+   the command joins the replica's group before it execs, and the kernel caps its memory, CPU quota and
+   process count (a kernel OOM kill is reason ``oom``); elsewhere it watches the resident memory of the whole
+   process tree every 0.5 s and kills the group when it exceeds the limit (reason ``oom``). That is a
+   sampling watchdog: a burst between two samples can go past the limit briefly. ``status.json`` records
+   which (``limits``: ``cgroup-v2``, ``cgroup-v1``, ``watchdog`` or null), and ``launcher.log`` says why;
 4. forwards SIGTERM/SIGINT to the command's process group (reason ``stopped``), so a job can checkpoint;
-5. when the command exits, kills what is left of its group, drains the output and writes the final
-   ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0.
+5. when the command exits, kills what is left of its process group and of its control group (which holds
+   also what left the process group with ``setsid``), drains the output, removes the control group and
+   writes the final ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0.
 
 With a sandbox in the plan (``aicenter.runtime.sandbox``), the command runs as ``bwrap ... /bin/sh -c`` in the
 same process group. bwrap's outer process dies of a SIGTERM (it forwards nothing), so a stop is sent to every
@@ -49,6 +53,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from aicenter.runtime.cgroups import Limits, ReplicaGroup, group_name, layouts
 from aicenter.runtime.files import (
     LOCK_FILE,
     OUTPUT_FILE,
@@ -245,6 +250,7 @@ class _Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None
         self.oom = False
+        self.group: ReplicaGroup | None = None
         self.finished = threading.Event()
         self.ready_fd = ready_fd
         self.record: dict[str, Any] = {
@@ -257,6 +263,7 @@ class _Supervisor:
             "exit_code": None,
             "reason": None,
             "finished_at": None,
+            "limits": None,
         }
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -304,6 +311,30 @@ class _Supervisor:
                 _kill_group(pid, signal.SIGKILL)
                 return
 
+    def _make_group(self) -> None:
+        """The replica's control group with its limits, when the plan wants one and the host allows it."""
+        plan = self.plan
+        limits = Limits(plan.memory_bytes, plan.cpu_milli, plan.pids_max)
+        usable, reasons = layouts(limits, plan.cgroup_parent) if plan.cgroups else ([], ["off in the plan"])
+        name = group_name(plan.label, os.getpid())
+        for layout in usable:
+            try:
+                self.group = ReplicaGroup.create(layout, name, limits)
+                break
+            except OSError as exc:
+                reasons.append(f"{layout.mechanism}: {exc}")
+        if self.group is not None:
+            self.record["limits"] = self.group.mechanism
+            _log("INFO", f"limits {limits._asdict()} enforced by {self.group.describe()}")
+        elif plan.memory_bytes > 0:
+            self.record["limits"] = "watchdog"
+            _log("INFO", f"memory limit {plan.memory_bytes} enforced by the watchdog; no cgroup: {'; '.join(reasons)}")
+
+    def release_group(self) -> None:
+        """Kill what is left in the control group and remove it (the command has exited)."""
+        if self.group is not None and not self.group.remove():
+            _log("WARNING", f"could not remove {self.group.describe()}: {self.group.pids()} still in it")
+
     def run(self) -> int:
         plan = self.plan
         try:
@@ -314,7 +345,8 @@ class _Supervisor:
             self._finish(None, f"launch failed: {exc}")
             self.network.close()
             return 0
-        self.network.start()  # the socket listens already: a request made before the relay accepts waits for it
+        self._make_group()
+        group = self.group
         try:
             self.child = subprocess.Popen(
                 _command_argv(plan),
@@ -325,13 +357,22 @@ class _Supervisor:
                 stderr=subprocess.PIPE,
                 process_group=0,
                 close_fds=True,
+                # The command joins the group between fork and exec: nothing it starts runs outside it. The
+                # launcher has no other thread yet, which is what makes a preexec_fn safe.
+                preexec_fn=None if group is None else group.enter,
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             output.close()
+            self.release_group()
             self._finish(None, f"launch failed: {exc}")
             self.network.close()
             return 0
         child = self.child
+        # After the fork, so that the preexec_fn above runs while the launcher has no other thread. The socket
+        # listens already: a request the job makes before the relay accepts waits in its backlog.
+        self.network.start()
+        if group is not None:
+            group.close_files()
         if self.stop_signal is not None:  # a stop that arrived while the command was being started
             self._forward(self.stop_signal)
         started_at = utc_stamp()
@@ -347,7 +388,7 @@ class _Supervisor:
         self._write(state="running", child_pid=child.pid, child_start_time=child_start, started_at=started_at)
         _log("INFO", f"started {plan.label or 'command'} as pid {child.pid}")
 
-        if plan.memory_bytes > 0:
+        if plan.memory_bytes > 0 and group is None:  # with a group, the kernel enforces it
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
 
         exit_code = child.wait()
@@ -355,9 +396,14 @@ class _Supervisor:
             exit_code = 128 - exit_code  # bwrap's 128+n for a command killed by signal n
         self.finished.set()
         _kill_group(child.pid, signal.SIGKILL)  # what the command left behind in its group dies with it
+        if group is not None:
+            group.kill()  # and what left the process group (setsid) but not the control group
+            # A kernel OOM kill of a process that the command survived (exit 0) is not the replica's end.
+            self.oom = exit_code != 0 and group.oom_kills() > 0
         for pump in pumps:
             pump.join(DRAIN_TIMEOUT_S)
         output.close()
+        self.release_group()
 
         if self.oom:
             reason: str | None = "oom"
@@ -508,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log("ERROR", f"launcher failed:\n{traceback.format_exc()}")
         if supervisor.child is not None:
             _kill_group(supervisor.child.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):  # the error above matters more than a cleanup's
+            supervisor.release_group()
         supervisor._finish(None, f"launcher error: {exc}")
         supervisor.network.close()
         return 1

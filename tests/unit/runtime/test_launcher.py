@@ -33,6 +33,9 @@ def test_plan_round_trips_through_json() -> None:
     plan = LauncherPlan("c", "/w", {"A": "b"}, (0, 1), (2, 3), 123, "/bin", "job 1")
     assert LauncherPlan.from_json(plan.to_json()) == plan
     assert LauncherPlan.from_json({"command": "c", "workdir": "/w"}) == LauncherPlan("c", "/w")
+    limited = plan._replace(cpu_milli=500, pids_max=64, cgroups=False, cgroup_parent="/batch")
+    assert LauncherPlan.from_json(limited.to_json()) == limited
+    assert LauncherPlan("c", "/w").cgroups  # a plan without the key enforces its limits in a cgroup
 
 
 def test_pump_stamps_lines_and_keeps_partial_ones(tmp_path: Path) -> None:

@@ -135,6 +135,10 @@ class LocalExecutor:
             ``host`` shares the host's network. An unprivileged server always shares it.
         api_server: The server's own listening ``(host, port)``, where the relay forwards; None forwards to the
             plan's ``AICENTER_API_URL``.
+        pids_max: The most processes and threads one replica may have (its cgroup's ``pids.max``); 0: no limit.
+        cgroups: Enforce each replica's limits in its own control group where the host allows
+            (``aicenter.runtime.cgroups``); False: the launcher's memory watchdog only.
+        cgroup_parent: The control group that holds the replicas' groups; "" for the default.
     """
 
     name = "local"
@@ -149,6 +153,9 @@ class LocalExecutor:
         sandbox_uid_base: int = 200_000,
         sandbox_network: NetworkMode = "isolated",
         api_server: tuple[str, int] | None = None,
+        pids_max: int = 4096,
+        cgroups: bool = True,
+        cgroup_parent: str = "",
     ) -> None:
         self.root = root
         self.node_name = node_name or _default_node_name()
@@ -157,6 +164,9 @@ class LocalExecutor:
         self.sandbox_uid_base = sandbox_uid_base
         self.sandbox_network = sandbox_network
         self.api_server = api_server
+        self.pids_max = pids_max
+        self.cgroups = cgroups
+        self.cgroup_parent = cgroup_parent
         self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
 
     def _sandbox_of(
@@ -263,6 +273,10 @@ class LocalExecutor:
             python_bin=None if plan.python_bin is None else str(plan.python_bin),
             label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
             sandbox=sandbox,
+            cpu_milli=plan.cpu_milli,
+            pids_max=self.pids_max,
+            cgroups=self.cgroups,
+            cgroup_parent=self.cgroup_parent,
         )
         try:
             # In a thread: the plan is fsynced, which can take a while on a busy disk.
