@@ -156,15 +156,17 @@ async def test_a_burst_past_the_memory_limit_is_killed_by_the_kernel(launch: Any
 
 
 async def test_the_job_runs_under_the_limits_the_plan_asked_and_its_group_goes_with_it(launch: Any) -> None:
-    handle = await launch("echo ready; exec sleep 600", memory_bytes=96 * MiB, cpu_milli=500, pids_max=50)
+    handle = await launch("echo ready; exec sleep 600", memory_bytes=96 * MiB, cpu_milli=1500, pids_max=50)
     group = _groups_of(await _job_pid(handle, "sleep"))
     assert set(group) == ({""} if "" in group else {"memory", "cpu", "pids"})
     assert all(path.name.startswith("job-1-limits-0-attempt-0.") for path in group.values())
     assert _read(group, "memory", "memory.limit_in_bytes", "memory.max") == str(96 * MiB)
     if "" in group:
-        assert _read(group, "cpu", "", "cpu.max") == f"50000 {CPU_PERIOD_US}"
+        assert _read(group, "cpu", "", "cpu.max") == f"150000 {CPU_PERIOD_US}"
+        assert _read(group, "cpu", "", "cpu.weight") == "59"
     else:
-        assert _read(group, "cpu", "cpu.cfs_quota_us", "") == "50000"
+        assert _read(group, "cpu", "cpu.cfs_quota_us", "") == "150000"
+        assert _read(group, "cpu", "cpu.shares", "") == "1536"
         assert _read(group, "cpu", "cpu.cfs_period_us", "") == str(CPU_PERIOD_US)
         assert _read(group, "memory", "memory.memsw.limit_in_bytes", "") == str(96 * MiB)  # no swap beyond it
     assert _read(group, "pids", "pids.max", "pids.max") == "50"

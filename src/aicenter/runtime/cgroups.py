@@ -9,7 +9,10 @@ starts runs outside it, including processes that leave its process group with ``
   used, where the launcher's sampling watchdog saw a burst only after it happened (and not at all in tmpfs
   files, /dev/shm, or between two samples). A kernel OOM kill is counted (``memory.events`` /
   ``memory.oom_control``: ``oom_kill``) and the replica's reason is ``oom``, as with the watchdog;
-- caps the CPU time (``cpu.max`` / ``cpu.cfs_quota_us``): ``cpu_milli`` milli-cores per 100 ms period;
+- shares the CPU by the request (``cpu.weight`` / ``cpu.shares``, proportional to ``cpu_milli``, as Kubernetes
+  maps a request) and caps it (``cpu.max`` / ``cpu.cfs_quota_us``) at the request, but never below one core:
+  a quota of a 10m request (1 ms per 100 ms) would make even an interpreter's start take a second, while the
+  weight already gives every replica its requested share when the node is busy;
 - caps the number of processes and threads (``pids.max``): a fork bomb fails with EAGAIN at the limit.
 
 At the end ``ReplicaGroup.remove`` kills whatever is left in the group (``cgroup.kill``, else every pid of
@@ -65,6 +68,8 @@ __all__ = [
 CPU_PERIOD_US = 100_000
 # The kernel refuses a quota under 1 ms.
 MIN_CPU_QUOTA_US = 1_000
+# The CPU cap is the request, but at least one core: below it only the weight applies (module docstring).
+MIN_CPU_CAP_MILLI = 1_000
 # The group that holds every replica's group, below the parent the layout chose.
 GROUP_PARENT = "aicenter"
 CONTROLLERS = ("memory", "cpu", "pids")
@@ -87,8 +92,19 @@ class Limits(NamedTuple):
 
 
 def cpu_quota_us(cpu_milli: int, period_us: int = CPU_PERIOD_US) -> int:
-    """The CPU time per period ``cpu_milli`` milli-cores allow (1000 = one core), at least the kernel's 1 ms."""
-    return max(MIN_CPU_QUOTA_US, cpu_milli * period_us // 1000)
+    """The CPU time per period a request of ``cpu_milli`` milli-cores may use (1000 = one core): the request,
+    at least one core (``MIN_CPU_CAP_MILLI``) and the kernel's 1 ms."""
+    return max(MIN_CPU_QUOTA_US, max(cpu_milli, MIN_CPU_CAP_MILLI) * period_us // 1000)
+
+
+def cpu_shares(cpu_milli: int) -> int:
+    """cgroup v1 ``cpu.shares`` of a request: 1024 per core, at least the kernel's 2 (Kubernetes' mapping)."""
+    return max(2, cpu_milli * 1024 // 1000)
+
+
+def cpu_weight(cpu_milli: int) -> int:
+    """cgroup v2 ``cpu.weight`` (1..10000) of a request: ``cpu_shares`` mapped as Kubernetes and runc map it."""
+    return min(10_000, 1 + (cpu_shares(cpu_milli) - 2) * 9999 // 262_142)
 
 
 def v2_settings(limits: Limits) -> list[tuple[str, str, bool]]:
@@ -106,6 +122,7 @@ def v2_settings(limits: Limits) -> list[tuple[str, str, bool]]:
             ("memory.oom.group", "1", False),
         ]
     if limits.cpu_milli > 0:
+        out.append(("cpu.weight", str(cpu_weight(limits.cpu_milli)), False))
         out.append(("cpu.max", f"{cpu_quota_us(limits.cpu_milli)} {CPU_PERIOD_US}", True))
     if limits.pids_max > 0:
         out.append(("pids.max", str(limits.pids_max), True))
@@ -125,6 +142,7 @@ def v1_settings(limits: Limits) -> dict[str, list[tuple[str, str, bool]]]:
         out["memory"] = [("memory.limit_in_bytes", value, True), ("memory.memsw.limit_in_bytes", value, False)]
     if limits.cpu_milli > 0:
         out["cpu"] = [
+            ("cpu.shares", str(cpu_shares(limits.cpu_milli)), False),
             ("cpu.cfs_period_us", str(CPU_PERIOD_US), True),
             ("cpu.cfs_quota_us", str(cpu_quota_us(limits.cpu_milli)), True),
         ]

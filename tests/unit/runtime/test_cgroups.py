@@ -18,6 +18,8 @@ from aicenter.runtime.cgroups import (
     Limits,
     ReplicaGroup,
     cpu_quota_us,
+    cpu_shares,
+    cpu_weight,
     group_name,
     hierarchies,
     layouts,
@@ -40,7 +42,7 @@ HYBRID_MOUNTINFO = """\
 """
 HYBRID_CGROUP = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n"
 V2_FILES = ("cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "memory.events", "cgroup.kill")
-V2_GROUP_FILES = ("memory.max", "memory.swap.max", "memory.oom.group", "cpu.max", "pids.max")
+V2_GROUP_FILES = ("memory.max", "memory.swap.max", "memory.oom.group", "cpu.weight", "cpu.max", "pids.max")
 
 
 @pytest.fixture
@@ -77,9 +79,11 @@ def v2_mountinfo(mount: Path, options: str = "rw,nosuid") -> str:
 
 
 def test_cpu_quota_is_milli_cores_of_the_period() -> None:
-    assert cpu_quota_us(500) == 50_000
+    assert cpu_quota_us(500) == 100_000  # below one core only the weight applies
+    assert cpu_quota_us(10) == 100_000
     assert cpu_quota_us(2500) == 250_000
-    assert cpu_quota_us(1) == 1_000  # the kernel's smallest quota
+    assert (cpu_shares(500), cpu_shares(1), cpu_shares(2000)) == (512, 2, 2048)
+    assert (cpu_weight(1000), cpu_weight(1), cpu_weight(10**6)) == (39, 1, 10_000)
 
 
 def test_v2_and_v1_files_and_values() -> None:
@@ -87,7 +91,8 @@ def test_v2_and_v1_files_and_values() -> None:
         ("memory.max", str(64 * MiB), True),
         ("memory.swap.max", "0", False),
         ("memory.oom.group", "1", False),
-        ("cpu.max", "50000 100000", True),
+        ("cpu.weight", "20", False),
+        ("cpu.max", "100000 100000", True),
         ("pids.max", "64", True),
     ]
     assert v1_settings(LIMITS) == {
@@ -95,7 +100,11 @@ def test_v2_and_v1_files_and_values() -> None:
             ("memory.limit_in_bytes", str(64 * MiB), True),
             ("memory.memsw.limit_in_bytes", str(64 * MiB), False),
         ],
-        "cpu": [("cpu.cfs_period_us", "100000", True), ("cpu.cfs_quota_us", "50000", True)],
+        "cpu": [
+            ("cpu.shares", "512", False),
+            ("cpu.cfs_period_us", "100000", True),
+            ("cpu.cfs_quota_us", "100000", True),
+        ],
         "pids": [("pids.max", "64", True)],
     }
     # A zero is no limit: no file, no controller needed.
@@ -182,7 +191,8 @@ def test_v2_groups_go_above_our_own_and_get_every_limit(tmp_path: Path, fake_ker
         "memory.max": str(64 * MiB),
         "memory.swap.max": "0",
         "memory.oom.group": "1",
-        "cpu.max": "50000 100000",
+        "cpu.weight": "20",
+        "cpu.max": "100000 100000",
         "pids.max": "64",
     }
     (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 1\n")
