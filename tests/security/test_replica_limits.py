@@ -12,9 +12,10 @@ import errno
 import json
 import os
 import shlex
+import signal
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,37 @@ async def test_processes_that_left_the_process_group_die_with_the_replica(launch
 
     assert await poll(gone, "the escaped sleep to be killed")
     assert _record(handle)["limits"] == _USABLE[0].mechanism
+
+
+def _existing(paths: Iterable[str]) -> list[str]:
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+async def test_a_stop_after_the_launcher_was_killed_still_ends_what_left_the_process_group(
+    launch: Any, root: Path
+) -> None:
+    """The launcher died (``kill -9``): the stop finds the replica's control group in its record and empties it."""
+    handle = await launch("setsid sleep 600 </dev/null >/dev/null 2>&1 & echo escaped; exec sleep 600", pids_max=16)
+
+    async def escaped() -> psutil.Process | None:
+        tree = psutil.Process(handle.pid).children(recursive=True)
+        # The setsid one leads a session of its own; the command's own sleep does not.
+        return next((p for p in tree if p.cmdline() == ["sleep", "600"] and os.getsid(p.pid) == p.pid), None)
+
+    sleeper: psutil.Process = await poll(escaped, "the job's setsid sleep")
+    groups = dict(_record(handle)["cgroups"])
+    assert _existing(groups.values()) == sorted(groups.values())
+    os.kill(handle.pid, signal.SIGKILL)  # the launcher
+    await LocalExecutor(root, node_name=NODE).stop(handle, grace_s=0.5)
+
+    async def gone() -> bool:
+        try:
+            return sleeper.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert await poll(gone, "the escaped sleep to be killed")
+    assert _existing(groups.values()) == []
 
 
 async def test_without_cgroups_the_watchdog_still_enforces_memory(root: Path) -> None:

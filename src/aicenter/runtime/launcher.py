@@ -325,6 +325,8 @@ class _Supervisor:
                 reasons.append(f"{layout.mechanism}: {exc}")
         if self.group is not None:
             self.record["limits"] = self.group.mechanism
+            # Where the executor finds the group when this launcher is gone (killed): a stop then ends it all.
+            self.record["cgroups"] = dict(self.group.dirs)
             _log("INFO", f"limits {limits._asdict()} enforced by {self.group.describe()}")
         elif plan.memory_bytes > 0:
             self.record["limits"] = "watchdog"

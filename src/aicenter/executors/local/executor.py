@@ -45,6 +45,7 @@ from aicenter.executors.local.sandboxing import (
     sandbox_support,
 )
 from aicenter.runtime import netns
+from aicenter.runtime.cgroups import ReplicaGroup
 from aicenter.runtime.files import (
     LAUNCHER_LOG,
     OUTPUT_FILE,
@@ -421,12 +422,16 @@ class LocalExecutor:
             signal_sandbox(child.pid, signal.SIGTERM)
         else:
             _signal_group(self._child(record), signal.SIGTERM)
-        if await self._wait_ended(handle, grace_s):
-            return
-        _signal_group(self._child(self._record(handle)), signal.SIGKILL)
-        if await self._wait_ended(handle, _LAUNCHER_FINISH_S):
-            return
-        _signal(_same_process(handle.pid, handle.start_time), signal.SIGKILL)
+        if not await self._wait_ended(handle, grace_s):
+            _signal_group(self._child(self._record(handle)), signal.SIGKILL)
+            if not await self._wait_ended(handle, _LAUNCHER_FINISH_S):
+                _signal(_same_process(handle.pid, handle.start_time), signal.SIGKILL)
+        record = self._record(handle)
+        if record.get("state") != "exited" and record.get("cgroups"):
+            # The launcher died before its final record (it was killed): nobody else ends what left the process
+            # group (setsid) but not the replica's control group, nor removes the group.
+            group = ReplicaGroup(str(record.get("limits")), dict(record["cgroups"]))
+            await asyncio.to_thread(group.remove, _LAUNCHER_FINISH_S)
 
     # -- logs ------------------------------------------------------------------------------------------------
 
