@@ -225,14 +225,16 @@ async def test_processes_that_left_the_process_group_die_with_the_replica(launch
     gate.touch()
     assert (await _exited(handle)).exit_code == 0
 
-    async def gone() -> bool:
-        try:
-            return sleeper.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    assert await poll(gone, "the escaped sleep to be killed")
+    assert await poll(lambda: _gone(sleeper), "the escaped sleep to be killed")
     assert _record(handle)["limits"] == _USABLE[0].mechanism
+
+
+async def _gone(process: psutil.Process) -> bool:
+    """Ended: a zombie (its parent, init, may not have reaped it yet) or no more."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _existing(paths: Iterable[str]) -> list[str]:
@@ -256,13 +258,7 @@ async def test_a_stop_after_the_launcher_was_killed_still_ends_what_left_the_pro
     os.kill(handle.pid, signal.SIGKILL)  # the launcher
     await LocalExecutor(root, node_name=NODE).stop(handle, grace_s=0.5)
 
-    async def gone() -> bool:
-        try:
-            return sleeper.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    assert await poll(gone, "the escaped sleep to be killed")
+    assert await poll(lambda: _gone(sleeper), "the escaped sleep to be killed")
     assert _existing(groups.values()) == []
 
 
