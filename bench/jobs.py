@@ -9,10 +9,11 @@ Latency = the timestamp the launcher wrote before the job's first output line (U
 wall-clock time the submit request started. Each job asks for 10m CPU and 16Mi so that all 200 fit on one node
 at once: the figure is the platform's path (API, scheduling controller, reconciler, launcher), not queueing.
 
-Slurm: slurm-wlm on this host (slurmctld + slurmd, a generated slurm.conf under a temp dir, munged on its own
-socket with a fresh key unless one runs), the same 50 + 200 ``sbatch --wrap "echo hello" -o FILE``; latency =
-when FILE first holds the line (polled every 5 ms) minus when sbatch was started. The partition oversubscribes
-its 2 cores (FORCE:100) for the same reason the aicenter jobs ask for 10m CPU.
+Slurm: slurm-wlm on this host (tests/support/slurm.py's cluster: slurmctld + one slurmd, a generated
+slurm.conf under a temp dir, munged on its own socket with a fresh key unless one runs), the same 50 + 200
+``sbatch --wrap "echo hello" -o FILE``; latency = when FILE first holds the line (polled every 5 ms) minus when
+sbatch was started. The partition oversubscribes its 2 cores (FORCE:100) for the same reason the aicenter jobs
+ask for 10m CPU.
 
 Prints one JSON document with p50/p99 per scenario and per system and the goals: p50 <= 150 ms, p99 <= 500 ms,
 p50 <= 0.5x Slurm's p50. Every process it starts is stopped by pid at the end.
@@ -44,6 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+# The Slurm cluster is the tests' (one implementation for both); bench scripts run as ``python bench/jobs.py``.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.slurm import NodeSpec, SlurmCluster, wait_for
 
 ADMIN_PASSWORD = "bench-admin-Passw0rd"
 SPEC = {
@@ -179,150 +184,25 @@ def run_aicenter(work: Path, sequential: int, concurrent: int, sandbox: str = "o
 
 # -- slurm ------------------------------------------------------------------------------------------------------
 
-SLURM_CONF = """\
-ClusterName=bench
-SlurmctldHost={host}
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={munge_socket}
-CredType=cred/munge
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd.log
-PlugStackConfig={dir}/plugstack.conf
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/backfill
-MpiDefault=none
-ReturnToService=2
-MaxJobCount=100000
-NodeName={host} CPUs=2 RealMemory={memory_mib} State=UNKNOWN
-PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:100
-"""
 
-
-class Slurm:
-    """munged (unless one runs), slurmctld and slurmd on this host, all started here and stopped by pid."""
+class Slurm(SlurmCluster):
+    """The shared test cluster (tests/support/slurm.py) as the benchmark runs it: one 2-CPU node, oversubscribed."""
 
     def __init__(self, work: Path) -> None:
-        self.dir = work / "slurm"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = dict(os.environ, SLURM_CONF=str(self.dir / "slurm.conf"))
-
-    def _munge_socket(self) -> str:
-        system = Path("/run/munge/munge.socket.2")
-        running = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode == 0
-        if running and system.exists():
-            return str(system)
-        key = self.dir / "munge.key"
-        keygen = shutil.which("mungekey") or "/usr/sbin/mungekey"
-        subprocess.run([keygen, "--create", "--keyfile", str(key)], check=True, capture_output=True)
-        key.chmod(0o400)
-        sock = self.dir / "munge.socket"
-        self.procs.append(
-            subprocess.Popen(
-                [
-                    "/usr/sbin/munged",
-                    "--foreground",
-                    "--force",
-                    f"--socket={sock}",
-                    f"--key-file={key}",
-                    f"--pid-file={self.dir / 'munged.pid'}",
-                    f"--log-file={self.dir / 'munged.log'}",
-                    f"--seed-file={self.dir / 'munged.seed'}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=(self.dir / "munged.err").open("wb"),
-            )
-        )
-        self._wait(lambda: sock.exists(), "munged socket", 10)
-        return str(sock)
-
-    def start(self) -> None:
-        for sub in ("state", "spool"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.dir / "plugstack.conf").write_text("")
-        host = socket.gethostname()
         memory_mib = min(4096, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 // 2)
-        conf = SLURM_CONF.format(
-            host=host,
-            ctld_port=_free_port(),
-            d_port=_free_port(),
-            munge_socket=self._munge_socket(),
-            dir=self.dir,
-            memory_mib=memory_mib,
+        # Slurm's own scheduler settings (batch_sched_delay left as shipped), so that figures stay comparable.
+        super().__init__(
+            work / "slurm",
+            nodes=(NodeSpec("node1", cpus=2, memory_mib=memory_mib),),
+            partition="bench",
+            partition_options="OverSubscribe=FORCE:100",
+            scheduler_parameters="",
         )
-        (self.dir / "slurm.conf").write_text(conf)
-        conf_path = str(self.dir / "slurm.conf")
-        for daemon in ("slurmctld", "slurmd"):
-            self.procs.append(
-                subprocess.Popen(
-                    [f"/usr/sbin/{daemon}", "-D", "-f", conf_path] + (["-c"] if daemon == "slurmctld" else []),
-                    env=self.env,
-                    stdout=(self.dir / f"{daemon}.out").open("wb"),
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        self._wait(self._node_idle, "slurm node to be idle", 60)
-
-    def _node_idle(self) -> bool:
-        for proc in self.procs:
-            if proc.poll() is not None:
-                out = "".join(p.read_text()[-2000:] for p in self.dir.glob("*.out") if p.exists()) + "".join(
-                    p.read_text()[-2000:] for p in self.dir.glob("*.log") if p.exists()
-                )
-                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{out}")
-        result = subprocess.run(["sinfo", "-h", "-o", "%t"], env=self.env, capture_output=True, text=True, check=False)
-        return result.returncode == 0 and result.stdout.strip() in ("idle", "mix", "alloc")
-
-    @staticmethod
-    def _wait(ready: Any, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(0.1)
 
     def sbatch(self, out: Path) -> float:
         started = time.time()
-        subprocess.run(
-            ["sbatch", "--quiet", "--wrap", "echo hello", "-o", str(out), "-c", "1"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
+        self.run("sbatch", "--quiet", "--wrap", "echo hello", "-o", str(out), "-c", "1")
         return started
-
-    def _queue_empty(self) -> bool:
-        result = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True, check=False)
-        return result.returncode != 0 or not result.stdout.strip()
-
-    def stop(self) -> None:
-        # Jobs first: a batch step (slurmstepd) whose slurmd is gone waits forever to report its end.
-        if any(p.poll() is None for p in self.procs):
-            try:
-                self._wait(self._queue_empty, "the queue to drain", 60)
-            except RuntimeError:
-                subprocess.run(["scancel", "--full", "--user", "root"], env=self.env, check=False)
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self.procs.clear()
 
 
 def _has_line(path: Path) -> bool:
@@ -342,7 +222,7 @@ def run_slurm(work: Path, sequential: int, concurrent: int) -> dict[str, Any]:
         for i in range(-1, sequential):  # -1: warm-up
             path = outs / f"seq-{i}.out"
             started = slurm.sbatch(path)
-            Slurm._wait(lambda p=path: _has_line(p), f"sbatch output {path}", TIMEOUT_S)
+            wait_for(lambda p=path: _has_line(p), f"sbatch output {path}", TIMEOUT_S)
             seen = time.time()
             if i >= 0:
                 seq.append(seen - started)
