@@ -8,6 +8,8 @@ executor reports about a host is a ``HostInfo``: the services turn it into a nod
 from __future__ import annotations
 
 from aicenter.executors.base import (
+    ACCELERATOR_LABEL,
+    HOSTNAME_LABEL,
     AcceleratorInfo,
     Executor,
     HostInfo,
@@ -19,6 +21,8 @@ from aicenter.executors.base import (
 )
 
 __all__ = [
+    "ACCELERATOR_LABEL",
+    "HOSTNAME_LABEL",
     "AcceleratorInfo",
     "Executor",
     "HostInfo",

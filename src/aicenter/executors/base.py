@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "ACCELERATOR_LABEL",
+    "HOSTNAME_LABEL",
     "AcceleratorInfo",
     "Executor",
     "HostInfo",
@@ -40,6 +42,11 @@ __all__ = [
     "ReplicaState",
     "ReplicaStatus",
 ]
+
+# Labels every executor sets on its hosts, whatever the engine: pool selectors do not depend on it.
+HOSTNAME_LABEL = "aicenter.io/hostname"
+ACCELERATOR_LABEL = "aicenter.io/accelerator"
+"""Set when all of a host's accelerators are of one type."""
 
 
 @dataclass(frozen=True, slots=True)

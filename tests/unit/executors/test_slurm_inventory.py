@@ -130,3 +130,4 @@ def test_feature_labels_conventions() -> None:
         "fabric": "ib_hdr",
     }
     assert feature_labels("(null)") == {}
+    assert feature_labels("ok,bad&feature,zone_,_x") == {"ok": "true", "zone": "true"}

@@ -19,15 +19,13 @@ from typing import Any
 
 import psutil
 
-from aicenter.executors import AcceleratorInfo, HostInfo
+from aicenter.executors import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
 
 log = logging.getLogger(__name__)
 
 __all__ = ["HOSTNAME_LABEL", "detect_host", "detect_nvidia_gpus", "effective_cpu_milli", "node_name", "nvidia_type"]
 
-HOSTNAME_LABEL = "aicenter.io/hostname"
 ARCH_LABEL = "aicenter.io/arch"
-ACCELERATOR_LABEL = "aicenter.io/accelerator"
 
 # A cgroup v1 memory limit at or above this means "no limit" (the kernel writes PAGE_COUNTER_MAX, ~2**63).
 _NO_LIMIT = 2**62

@@ -11,7 +11,7 @@ Conventions (docs/dev/design-notes.md, "Slurm inventory"):
   its vendor, ``amd-mi250``, is kept); untyped ``gpu:<count>`` gives :data:`DEFAULT_GPU_TYPE`. Other GRES are
   ignored. Slurm does not report device memory: it is 0.
 * Features are labels: ``key_value`` or ``key=value`` -> ``key: value`` (split at the first ``=``, else the first
-  ``_``); a bare feature -> ``feature: "true"``.
+  ``_``); a bare feature -> ``feature: "true"``; one that makes no valid label (``a&b``) is left out.
 * State: IDLE, MIXED, ALLOCATED and COMPLETING are up unless a flag says otherwise; DOWN, FAIL, FUTURE,
   UNKNOWN and the flags DRAIN, FAIL, NOT_RESPONDING (``*``), POWERED_DOWN, REBOOT are down.
 """
@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aicenter.executors.base import AcceleratorInfo, HostInfo
+from aicenter.executors.base import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
 
 __all__ = [
     "DEFAULT_GPU_TYPE",
@@ -40,8 +40,10 @@ __all__ = [
 DEFAULT_GPU_TYPE = "nvidia-unknown"
 """The accelerator type of an untyped ``gpu:<count>`` GRES (as the local executor names an unknown product)."""
 
-HOSTNAME_LABEL = "aicenter.io/hostname"
-ACCELERATOR_LABEL = "aicenter.io/accelerator"
+# A feature that is no valid label key/value (the inventory's rule: letters, digits, "._-", at most 63/64) is
+# left out rather than failing the whole node's registration.
+LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")
 VENDORS = ("nvidia", "amd", "intel", "huawei", "cambricon")
 UP_STATES = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
 DOWN_FLAGS = {
@@ -150,7 +152,9 @@ def feature_labels(features: str) -> dict[str, str]:
             continue
         sep = "=" if "=" in feature else "_"
         key, found, value = feature.partition(sep)
-        labels[key] = value if found and value else "true"
+        value = value if found and value else "true"
+        if LABEL_KEY.match(key) and LABEL_VALUE.match(value):
+            labels[key] = value
     return labels
 
 
