@@ -24,6 +24,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from aicenter.core.labels import is_label_name, is_label_value
 from aicenter.executors.base import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
 
 __all__ = [
@@ -40,10 +41,6 @@ __all__ = [
 DEFAULT_GPU_TYPE = "nvidia-unknown"
 """The accelerator type of an untyped ``gpu:<count>`` GRES (as the local executor names an unknown product)."""
 
-# A feature that is no valid label key/value (the inventory's rule: letters, digits, "._-", at most 63/64) is
-# left out rather than failing the whole node's registration.
-LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")
 VENDORS = ("nvidia", "amd", "intel", "huawei", "cambricon")
 UP_STATES = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
 DOWN_FLAGS = {
@@ -153,7 +150,8 @@ def feature_labels(features: str) -> dict[str, str]:
         sep = "=" if "=" in feature else "_"
         key, found, value = feature.partition(sep)
         value = value if found and value else "true"
-        if LABEL_KEY.match(key) and LABEL_VALUE.match(value):
+        # A feature that makes no valid label is left out rather than failing the whole node's registration.
+        if is_label_name(key) and is_label_value(value):
             labels[key] = value
     return labels
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Final, Literal
 
 from aicenter.core.errors import ValidationFailed
+from aicenter.core.labels import is_label_name, is_label_prefix, is_label_value
 from aicenter.core.quantity import parse_cpu, parse_memory
 
 
@@ -25,21 +25,16 @@ MAX_LABELS = 64
 MAX_CPU_MILLI = 10**9
 MAX_MEMORY_BYTES = 2**60
 
-# Label keys as in Kubernetes: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
-_LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
-_LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-# Values (and topology names such as racks): the same characters, at most 64 so that any node name fits.
-_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")
 
 
 def check_label_key(key: str, field: str) -> None:
     """Raise ValidationFailed unless ``key`` is ``[prefix/]name`` (e.g. ``aicenter.io/hostname``, ``zone``)."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix)):
+    if slash and not is_label_prefix(prefix):
         raise ValidationFailed(
             f'"{key}" has an invalid prefix: use a lower-case DNS name such as "example.com/"', field=field
         )
-    if not _LABEL_NAME_RE.match(name):
+    if not is_label_name(name):
         raise ValidationFailed(
             f'"{key}" is not a valid label key: at most 63 letters, digits, ".", "_" or "-", '
             'starting and ending with a letter or digit, optionally after a "<dns-prefix>/"',
@@ -53,7 +48,7 @@ def check_label_value(value: Any, field: str, *, allow_empty: bool = True) -> st
         raise ValidationFailed("must be a string", field=field)
     if value == "" and allow_empty:
         return value
-    if not _LABEL_VALUE_RE.match(value):
+    if not is_label_value(value):
         raise ValidationFailed(
             f'"{value}" is not a valid value: at most 64 letters, digits, ".", "_" or "-", '
             "starting and ending with a letter or digit",
