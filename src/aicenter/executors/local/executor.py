@@ -44,11 +44,11 @@ from aicenter.executors.local.sandboxing import (
     sandbox_spec,
     sandbox_support,
 )
+from aicenter.executors.rundir import exited_status, read_chunk, stream_output
 from aicenter.runtime import netns
 from aicenter.runtime.cgroups import ReplicaGroup
 from aicenter.runtime.files import (
     LAUNCHER_LOG,
-    OUTPUT_FILE,
     PLAN_FILE,
     STATUS_FILE,
     LauncherPlan,
@@ -64,8 +64,6 @@ __all__ = ["LocalExecutor"]
 # Start times are compared with a tolerance: psutil derives them from clock ticks since boot (1/100 s).
 _START_TIME_TOLERANCE_S = 0.05
 _POLL_S = 0.02
-_FOLLOW_POLL_S = 0.1
-_READ_CHUNK = 256 * 1024
 # After SIGKILL of the command, the launcher needs a moment to reap it and write the final status.
 _LAUNCHER_FINISH_S = 5.0
 # The launcher's interpreter: -I (no PYTHON* variables, no user site) and -S (no site module: its .pth files cost
@@ -108,15 +106,6 @@ def _signal(proc: psutil.Process | None, sig: int) -> None:
         return
     with contextlib.suppress(psutil.Error):
         proc.send_signal(sig)
-
-
-def _read_chunk(path: Path, offset: int, size: int) -> bytes:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read(size)
-    except FileNotFoundError:
-        return b""
 
 
 class LocalExecutor:
@@ -330,7 +319,7 @@ class LocalExecutor:
             if record is not None and record.get("state") in ("running", "exited"):
                 return self._handle(run_dir, record)
             if time.monotonic() > deadline:
-                tail = _read_chunk(run_dir / LAUNCHER_LOG, 0, 1 << 20)[-2000:].decode(errors="replace")
+                tail = read_chunk(run_dir / LAUNCHER_LOG, 0, 1 << 20)[-2000:].decode(errors="replace")
                 raise LaunchFailed(
                     f"the launcher in {run_dir} did not start within {self.launch_timeout_s:g} s: {tail}"
                 )
@@ -358,28 +347,17 @@ class LocalExecutor:
     def _child(record: dict[str, Any]) -> psutil.Process | None:
         return _same_process(record.get("child_pid"), record.get("child_start_time"))
 
-    @staticmethod
-    def _exited(record: dict[str, Any]) -> ReplicaStatus:
-        code = record.get("exit_code")
-        return ReplicaStatus(
-            state=ReplicaState.EXITED,
-            exit_code=None if code is None else int(code),
-            reason=record.get("reason"),
-            started_at=parse_stamp(record.get("started_at")),
-            finished_at=parse_stamp(record.get("finished_at")),
-        )
-
     async def status(self, handle: ReplicaHandle) -> ReplicaStatus:
         """Exited per the launcher's final record; running while the launcher lives; otherwise lost."""
         record = self._record(handle)
         if record.get("state") == "exited":
-            return self._exited(record)
+            return exited_status(record)
         if _same_process(handle.pid, handle.start_time) is not None:
             return ReplicaStatus(ReplicaState.RUNNING, started_at=parse_stamp(record.get("started_at")))
         # The launcher may have written its final record and exited between the two reads above.
         record = self._record(handle)
         if record.get("state") == "exited":
-            return self._exited(record)
+            return exited_status(record)
         await self._release_network(handle.run_dir)  # a killed launcher could not remove it
         return ReplicaStatus(
             ReplicaState.LOST, reason="launcher lost", started_at=parse_stamp(record.get("started_at"))
@@ -437,23 +415,12 @@ class LocalExecutor:
 
     async def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Bytes of ``output.log`` from offset ``since``; with ``follow``, until the replica ended and all is read."""
-        path = Path(handle.run_dir) / OUTPUT_FILE
-        offset = max(0, since)
-        while True:
-            chunk = await asyncio.to_thread(_read_chunk, path, offset, _READ_CHUNK)
-            if chunk:
-                offset += len(chunk)
-                yield chunk
-                continue
-            if not follow:
-                return
-            if (await self.status(handle)).state is not ReplicaState.RUNNING:
-                # The launcher writes all output before its final record: one more read drains the rest.
-                while chunk := await asyncio.to_thread(_read_chunk, path, offset, _READ_CHUNK):
-                    offset += len(chunk)
-                    yield chunk
-                return
-            await asyncio.sleep(_FOLLOW_POLL_S)
+
+        async def running() -> bool:
+            return (await self.status(handle)).state is ReplicaState.RUNNING
+
+        async for chunk in stream_output(handle.run_dir, since, follow=follow, running=running):
+            yield chunk
 
     # -- inventory -------------------------------------------------------------------------------------------
 
