@@ -6,6 +6,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -15,10 +16,11 @@ from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, Req
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
 from aicenter.context import AppContext
-from aicenter.controllers import heartbeat, image_builder, jobs, scheduling, store_gc
+from aicenter.controllers import engine_nodes, heartbeat, image_builder, jobs, scheduling, store_gc
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
+from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor, unsandboxed_reason
 from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
@@ -53,9 +55,55 @@ def single_user_mode(settings: Settings) -> str | None:
     log.warning(_SINGLE_USER_BANNER.format(rule="=" * 100, reason=reason, consequence=consequence))
     return None if settings.dev else reason
 
+
+def build_executors(settings: Settings) -> dict[str, Executor]:
+    """The executors of ``settings.executors``, by name. Ray's and Slurm's are imported only when configured:
+    the ``ray`` package takes a second to import and is an optional dependency."""
+    sandbox: dict[str, Any] = {
+        "sandbox": settings.sandbox,
+        "sandbox_uid_base": settings.sandbox_uid_base,
+        "pids_max": settings.replica_pids_max,
+        "cgroups": settings.replica_cgroups,
+        "cgroup_parent": settings.replica_cgroup_parent,
+    }
+    executors: dict[str, Executor] = {}
+    if "local" in settings.executors:
+        executors["local"] = LocalExecutor(
+            settings.jobs_path,
+            sandbox_network=settings.sandbox_network,
+            # A job's API relay goes to this server's own socket, whatever its public URL.
+            api_server=(settings.host, settings.port),
+            **sandbox,
+        )
+    if "ray" in settings.executors:
+        from aicenter.executors.ray import RayExecutor
+
+        executors["ray"] = RayExecutor(
+            settings.jobs_path,
+            address=settings.ray_address,
+            namespace=settings.ray_namespace,
+            auth_mode=settings.ray_auth_mode or None,
+            auth_token=settings.ray_auth_token or None,
+            **sandbox,
+        )
+    if "slurm" in settings.executors:
+        from aicenter.executors.slurm import SlurmExecutor
+
+        executors["slurm"] = SlurmExecutor(
+            settings.jobs_path,
+            partition=settings.slurm_partition,
+            slurm_conf=settings.slurm_conf or None,
+            bin_dir=settings.slurm_bin_dir or None,
+            python=settings.engine_python or None,
+            **sandbox,
+        )
+    return executors
+
+
 # Functions that build this process's controllers from the context; areas register theirs here.
 CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     heartbeat.build,
+    engine_nodes.build,
     store_gc.build,
     image_builder.build,
     scheduling.build,
@@ -100,19 +148,7 @@ def create_app(
         tokens=TokenVerifier(settings.token_cache_s),
         secret_key=settings.resolve_secret_key(),
         store=BlobStore(settings.store_dir, fsync=settings.store_fsync),
-        executors={
-            "local": LocalExecutor(
-                settings.jobs_path,
-                sandbox=settings.sandbox,
-                sandbox_uid_base=settings.sandbox_uid_base,
-                sandbox_network=settings.sandbox_network,
-                # A job's API relay goes to this server's own socket, whatever its public URL.
-                api_server=(settings.host, settings.port),
-                pids_max=settings.replica_pids_max,
-                cgroups=settings.replica_cgroups,
-                cgroup_parent=settings.replica_cgroup_parent,
-            )
-        },
+        executors=build_executors(settings),
         single_user=single_user_mode(settings),
     )
     # The jobs' quota usage and "version in use" checks, plugged into those areas here, where the app is

@@ -21,6 +21,9 @@ _KNOWN_WEAK_SECRETS = frozenset({"secret", "changeme", "change-me", "dev", "deve
 PasswordHashProfile = Literal["production", "fast"]
 _HASHING_OUTSIDE_DEV: frozenset[PasswordHashProfile] = frozenset({"production"})
 
+# The engines an executor exists for (aicenter.executors).
+ENGINES = ("local", "ray", "slurm")
+
 
 class Settings(BaseSettings):
     """Server settings. Defaults give the embedded shape: SQLite and local disk under ``home``."""
@@ -84,7 +87,8 @@ class Settings(BaseSettings):
         "header is ignored, since anyone can send it.",
     )
     register_host: bool = Field(
-        default=True, description="Register this host as a node at start-up (embedded / local executor)."
+        default=True,
+        description="Register this host as a node at start-up, when the local executor is one of the engines.",
     )
     heartbeat_s: float = Field(default=15.0, description="Interval of this host's node heartbeat, in seconds.")
     node_lost_after_s: float = Field(
@@ -135,7 +139,7 @@ class Settings(BaseSettings):
     )
     pip_args: list[str] = Field(
         default_factory=list,
-        description="Extra pip arguments for venv image builds, e.g. [\"--no-index\", \"--find-links\", \"/wheels\"].",
+        description='Extra pip arguments for venv image builds, e.g. ["--no-index", "--find-links", "/wheels"].',
     )
     build_timeout_s: float = Field(default=3600.0, description="A venv image build running longer than this fails.")
 
@@ -201,6 +205,54 @@ class Settings(BaseSettings):
         description="The most processes and threads one local replica may have at once, where a cgroup "
         "enforces it (a fork bomb stops there); 0: no limit.",
     )
+    executor: str = Field(
+        default="local",
+        description="The engines replicas run on: local (this host), ray (an existing Ray cluster, "
+        "AICENTER_RAY_ADDRESS) and slurm (a partition of an existing Slurm cluster, AICENTER_SLURM_PARTITION); "
+        "several at once as a list (e.g. local,slurm). Each engine's nodes carry the label "
+        "aicenter.io/executor=<engine>, so a pool per engine selects them. Ray and Slurm need the jobs directory "
+        "(AICENTER_JOBS_DIR) on a filesystem every node mounts at the same path (docs/deploy/engines.md).",
+    )
+    ray_address: str = Field(
+        default="", description="The Ray cluster's GCS address (host:port of the head node), for executor ray."
+    )
+    ray_namespace: str = Field(default="aicenter", description="The Ray namespace of the replicas' named actors.")
+    ray_auth_mode: str = Field(
+        default="", description="Ray's RAY_AUTH_MODE for the server's connection (e.g. token); empty: Ray's default."
+    )
+    ray_auth_token: str = Field(
+        default="", description="Ray's authentication token (RAY_AUTH_TOKEN) when the cluster requires one."
+    )
+    slurm_partition: str = Field(
+        default="", description="The Slurm partition the platform owns (executor slurm); its nodes are ours."
+    )
+    slurm_conf: str = Field(default="", description="SLURM_CONF for the Slurm commands; empty: Slurm's default.")
+    slurm_bin_dir: str = Field(
+        default="", description="Where sbatch, squeue, sacct, scancel, scontrol and srun are; empty: the PATH."
+    )
+    engine_python: str = Field(
+        default="",
+        description="The Python on Slurm nodes that runs the replica's launcher (aicenter must be importable "
+        "by it); empty: this server's interpreter, the same path on every node.",
+    )
+    engine_sync_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the nodes of the Ray and Slurm engines are read into the inventory: nodes that "
+        "appear are registered, nodes the engine reports down or gone become not_ready.",
+    )
+
+    @field_validator("executor")
+    @classmethod
+    def _check_executors(cls, value: str) -> str:
+        names = [part.strip() for part in value.split(",") if part.strip()]
+        unknown = [n for n in names if n not in ENGINES]
+        if not names or unknown:
+            raise ValueError(
+                f"AICENTER_EXECUTOR={value!r}: name one or more of {', '.join(ENGINES)}, separated by commas"
+            )
+        return ",".join(dict.fromkeys(names))
+
     scheduler_policy: str = Field(
         default="default",
         description="The scheduling policy: a built-in name (fifo, priority, fair-share, tiresias, sjf, "
@@ -218,6 +270,15 @@ class Settings(BaseSettings):
                     f"AICENTER_TRUSTED_PROXIES: {entry!r} is neither an IP address nor a network such as 10.0.0.0/8"
                 ) from None
         return entries
+
+    @model_validator(mode="after")
+    def _engines_configured(self) -> Settings:
+        if "ray" in self.executors and not self.ray_address.strip():
+            raise ValueError(
+                "AICENTER_EXECUTOR names ray but AICENTER_RAY_ADDRESS is empty: set it to the head node's GCS "
+                "address (host:port, as `ray start --head` printed it)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _refuse_weak_secrets(self) -> Settings:
@@ -243,7 +304,12 @@ class Settings(BaseSettings):
 
     @property
     def store_dir(self) -> Path:
-        return (self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store")
+        return self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store"
+
+    @property
+    def executors(self) -> tuple[str, ...]:
+        """The engines this server runs replicas on (``executor``, split)."""
+        return tuple(self.executor.split(","))
 
     @property
     def jobs_path(self) -> Path:

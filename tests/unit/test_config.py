@@ -87,3 +87,21 @@ def test_sandbox_network_is_isolated_by_default_and_host_on_request(
     assert Settings(home=tmp_path).sandbox_network == "host"
     with pytest.raises(ValidationError, match="sandbox_network"):
         Settings(home=tmp_path, sandbox_network="bridge")  # type: ignore[arg-type]
+
+
+def test_executors_default_to_local_and_read_a_comma_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(home=tmp_path).executors == ("local",)
+    monkeypatch.setenv("AICENTER_EXECUTOR", " slurm , local,slurm")
+    assert Settings(home=tmp_path).executors == ("slurm", "local")  # order kept, duplicates dropped
+
+
+@pytest.mark.parametrize("value", ["", "kubernetes", "local,,mesos"])
+def test_unknown_executors_are_refused_with_the_known_ones(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ValidationError, match="name one or more of local, ray, slurm"):
+        Settings(home=tmp_path, executor=value)
+
+
+def test_ray_needs_its_address(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="AICENTER_RAY_ADDRESS is empty"):
+        Settings(home=tmp_path, executor="ray")
+    assert Settings(home=tmp_path, executor="ray", ray_address="10.0.0.1:6379").executors == ("ray",)

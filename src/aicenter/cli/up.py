@@ -125,11 +125,28 @@ def up(
     workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port (production-like).")] = 1,
     log_level: Annotated[str, typer.Option("--log-level", help="critical, error, warning, info or debug.")] = "warning",
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            help="Engines to run replicas on: local, ray, slurm, or several (local,slurm). "
+            "Default: $AICENTER_EXECUTOR, else local.",
+            show_default=False,
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster's head (host:port) for --executor ray.", show_default=False),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None,
+        typer.Option(help="The Slurm partition the platform owns, for --executor slurm.", show_default=False),
+    ] = None,
 ) -> None:
     """Start the server: REST API, console and controllers, with SQLite under the home directory by default.
 
     The first start creates the database and a platform admin (password from AICENTER_ADMIN_PASSWORD, else
     generated and printed once). Later starts keep every piece of data. Ctrl-C or SIGTERM stop it cleanly.
+    With --executor ray or slurm, replicas run on that engine's nodes (docs/deploy/engines.md).
     """
     if log_level not in ("critical", "error", "warning", "info", "debug"):
         raise CliError(
@@ -144,6 +161,13 @@ def up(
     os.environ["AICENTER_HOME"] = str(home_dir)
     os.environ["AICENTER_HOST"] = host
     os.environ["AICENTER_PORT"] = str(port)
+    for name, value in (
+        ("AICENTER_EXECUTOR", executor),
+        ("AICENTER_RAY_ADDRESS", ray_address),
+        ("AICENTER_SLURM_PARTITION", slurm_partition),
+    ):
+        if value is not None:
+            os.environ[name] = value
     settings = _settings()
     sock = _listen(host, port)  # before anything is created: see _listen
 

@@ -49,7 +49,7 @@ class HeartbeatController(Controller):
         self.host: HostInfo | None = None  # set once this host is registered
 
     async def tick(self) -> None:
-        if self.settings.register_host:
+        if self.settings.register_host and "local" in self.settings.executors:
             await self._heartbeat()
         async with self.db.write() as session:
             lost = await inventory.mark_lost_nodes(session, lost_after_s=self.settings.node_lost_after_s)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from aicenter.executors.base import (
     ACCELERATOR_LABEL,
+    EXECUTOR_LABEL,
     HOSTNAME_LABEL,
+    NODE_LOST_REASON,
+    TOPOLOGY_LABELS,
     AcceleratorInfo,
     Executor,
     HostInfo,
@@ -22,7 +25,10 @@ from aicenter.executors.base import (
 
 __all__ = [
     "ACCELERATOR_LABEL",
+    "EXECUTOR_LABEL",
     "HOSTNAME_LABEL",
+    "NODE_LOST_REASON",
+    "TOPOLOGY_LABELS",
     "AcceleratorInfo",
     "Executor",
     "HostInfo",

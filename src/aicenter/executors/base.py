@@ -32,7 +32,10 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ACCELERATOR_LABEL",
+    "EXECUTOR_LABEL",
     "HOSTNAME_LABEL",
+    "NODE_LOST_REASON",
+    "TOPOLOGY_LABELS",
     "AcceleratorInfo",
     "Executor",
     "HostInfo",
@@ -47,6 +50,11 @@ __all__ = [
 HOSTNAME_LABEL = "aicenter.io/hostname"
 ACCELERATOR_LABEL = "aicenter.io/accelerator"
 """Set when all of a host's accelerators are of one type."""
+EXECUTOR_LABEL = "aicenter.io/executor"
+"""The engine that runs the host's replicas (``local``, ``ray``, ``slurm``): a pool per engine selects on it."""
+TOPOLOGY_LABELS = {"rack": "rack", "leaf": "leaf", "spine": "spine", "nvlink-domain": "nvlink_domain"}
+"""Labels by which engines report a host's place in the network (a Ray node label ``rack=r1``, a Slurm feature
+``rack_r1``), and the node's topology field each sets: placement reads those fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +179,11 @@ class ReplicaHandle:
             start_time=float(data["start_time"]),
             extra=dict(data.get("extra") or {}),
         )
+
+
+NODE_LOST_REASON = "node lost"
+"""The ``reason`` of a ``LOST`` status when the engine reports the replica's node dead or down (not only its
+supervision gone): the inventory then reads that engine's nodes again before the job restarts."""
 
 
 class ReplicaState(StrEnum):

@@ -137,6 +137,7 @@ _Since = Annotated[int, Query(ge=0, description="Byte offset in the replica's ou
 )
 async def job_logs(
     job_id: Id,
+    ctx: Ctx,
     actor: CurrentActor,
     session: ReadSession,
     task: _LogTask = None,
@@ -148,7 +149,8 @@ async def job_logs(
     """A replica's output as text; with follow, streamed until the replica ends (members and platform admins)."""
     target = await jobs.log_target(session, actor, job_id, task, replica, attempt)
     return StreamingResponse(
-        jobs.read_logs(target, since=since, follow=follow and not target.finished), media_type=_TEXT
+        jobs.read_logs(target, since=since, follow=follow and not target.finished, executors=ctx.executors),
+        media_type=_TEXT,
     )
 
 
@@ -193,7 +195,7 @@ async def job_logs_stream(
     last = request.headers.get("last-event-id", "")
     start = int(last) if last.isdigit() else since
     target = await jobs.log_target(session, actor, job_id, task, replica, attempt)
-    chunks = jobs.read_logs(target, since=start, follow=not target.finished)
+    chunks = jobs.read_logs(target, since=start, follow=not target.finished, executors=ctx.executors)
     return event_stream(_sse(chunks, start), ping_s=ctx.settings.sse_ping_s)
 
 

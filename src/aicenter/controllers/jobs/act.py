@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from aicenter.config import Settings
+from aicenter.controllers import engine_nodes
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError
 from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
 from aicenter.core.jobs.reconcile import Actions, Intent, Launch, Observations, Outcome
 from aicenter.db.engine import Database
-from aicenter.executors.base import Executor, LaunchFailed, ReplicaHandle, ReplicaState
+from aicenter.executors.base import NODE_LOST_REASON, Executor, LaunchFailed, ReplicaHandle, ReplicaState
 from aicenter.executors.base import ReplicaStatus as Observed
 from aicenter.runtime.env import ports_needed
 from aicenter.services import catalog
@@ -115,10 +116,28 @@ class Hands:
             if executor is None:  # another server replica may have it; this one cannot tell
                 log.warning("job %s: no %r executor here to observe its replica", job.id, handle.executor)
                 return None
-            return replica_id, outcome(await executor.status(handle), now=now)
+            observed = await executor.status(handle)
+            if observed.state is ReplicaState.LOST and observed.reason == NODE_LOST_REASON:
+                lost_on.add(handle.executor)
+            return replica_id, outcome(observed, now=now)
 
+        lost_on: set[str] = set()
         results = await asyncio.gather(*(one(i) for i in todo))
+        if lost_on:
+            await self.nodes_lost(lost_on)
         return Observations(outcomes=dict(r for r in results if r is not None))
+
+    async def nodes_lost(self, names: set[str]) -> None:
+        """Read again the nodes of the engines that reported a replica's node lost (``NODE_LOST_REASON``), before
+        the job's restart is decided: the scheduler must not place the next attempt on the dead node."""
+        for name in sorted(names):
+            executor = self.executors.get(name)
+            if executor is None or name == "local":
+                continue
+            try:
+                await engine_nodes.sync_engine(self.db, name, executor)
+            except Exception as exc:  # the engine's own errors: its controller retries on its own cadence
+                log.warning("executor %s: cannot read its nodes after a node was lost: %s", name, exc)
 
     async def _prepare(self, state: JobState) -> Observations:
         """The job's directories (code and data from the store) and each replica's ports and run dir."""

@@ -7,7 +7,7 @@ register the hosts they find through ``register_host`` and keep them alive with 
 
 from aicenter.core.pools import is_member, pools_of, selector_matches
 from aicenter.services.inventory._common import UNSET, check_labels
-from aicenter.services.inventory._hosts import heartbeat, mark_lost_nodes, register_host
+from aicenter.services.inventory._hosts import heartbeat, mark_lost_nodes, register_host, sync_engine_hosts
 from aicenter.services.inventory._nodes import (
     AcceleratorInput,
     NodeView,
@@ -79,6 +79,7 @@ __all__ = [
     "revoke_pool",
     "selector_matches",
     "set_node_schedule",
+    "sync_engine_hosts",
     "types_by_name",
     "update_accelerator_type",
     "update_node",

@@ -6,6 +6,7 @@ node every 15 s would drown the log); registration and every change of a node's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,13 +17,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.clock import utcnow
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.db.models import AcceleratorType, Node
-from aicenter.executors import AcceleratorInfo, HostInfo
+from aicenter.executors import EXECUTOR_LABEL, TOPOLOGY_LABELS, AcceleratorInfo, HostInfo
 from aicenter.services import audit
 from aicenter.services.context import Actor
 from aicenter.services.inventory._common import check_labels
 from aicenter.services.inventory._types import types_by_name
 
 SYSTEM = Actor.system("system")
+
+
+def _topology(labels: dict[str, str]) -> dict[str, str]:
+    # What an engine reports of a host's place in the network (executors.TOPOLOGY_LABELS) becomes its topology.
+    return {column: labels[label] for label, column in TOPOLOGY_LABELS.items() if labels.get(label)}
 
 
 async def _ensure_types(session: AsyncSession, accelerators: tuple[AcceleratorInfo, ...]) -> None:
@@ -76,7 +82,8 @@ async def register_host(session: AsyncSession, host: HostInfo, *, now: datetime 
         The node row.
     """
     now = now or utcnow()
-    labels = check_labels(host.labels)
+    labels = check_labels({EXECUTOR_LABEL: host.executor, **host.labels})
+    topology = _topology(labels)
     await _ensure_types(session, host.accelerators)
     node = await session.scalar(select(Node).where(Node.name == host.name))
     if node is None:
@@ -88,6 +95,7 @@ async def register_host(session: AsyncSession, host: HostInfo, *, now: datetime 
             memory_bytes=host.memory_bytes,
             accelerators=_devices(host, []),
             labels=labels,
+            **topology,
             schedule=NodeSchedule.SCHEDULABLE.value,
             state=NodeState.READY.value,
             last_heartbeat_at=now,
@@ -116,6 +124,7 @@ async def register_host(session: AsyncSession, host: HostInfo, *, now: datetime 
         "memory_bytes": host.memory_bytes,
         "accelerators": _devices(host, list(node.accelerators or [])),
         "labels": {**(node.labels or {}), **labels},
+        **topology,
     }
     changes = {k: v for k, v in wanted.items() if getattr(node, k) != v}
     for key, value in changes.items():
@@ -190,3 +199,43 @@ async def mark_lost_nodes(session: AsyncSession, *, lost_after_s: float, now: da
         )
     await session.flush()
     return marked
+
+
+async def sync_engine_hosts(
+    session: AsyncSession, executor: str, hosts: Sequence[HostInfo], *, now: datetime | None = None
+) -> tuple[list[str], list[str]]:
+    """Make the inventory agree with what an engine (Ray, Slurm) reports of its nodes.
+
+    Every host reported is registered (created, refreshed and marked ready, as ``register_host``); every ready
+    node of that executor the engine no longer reports (dead, down, drained, removed) becomes ``not_ready`` at
+    once, without waiting for ``node_lost_after_s``: the engine's own health checks already waited.
+
+    Args:
+        session: A write session; the caller commits.
+        executor: The engine's executor name; only its nodes are touched.
+        hosts: The usable nodes the engine reports now (``Executor.nodes``).
+
+    Returns:
+        The names of the nodes that became ready (new or back) and of those that became not ready.
+    """
+    now = now or utcnow()
+    before = {n.name: n.state for n in (await session.scalars(select(Node).where(Node.executor == executor))).all()}
+    ready = []
+    for host in hosts:
+        await register_host(session, host, now=now)
+        if before.get(host.name) != NodeState.READY.value:
+            ready.append(host.name)
+    reported = {h.name for h in hosts}
+    gone = sorted(name for name, state in before.items() if name not in reported and state == NodeState.READY.value)
+    for node in (await session.scalars(select(Node).where(Node.name.in_(gone)).with_for_update())).all():
+        node.state = NodeState.NOT_READY.value
+        audit.record(
+            session,
+            SYSTEM,
+            "node.not_ready",
+            "node",
+            node.id,
+            details={"name": node.name, "executor": executor, "why": "the engine no longer reports it usable"},
+        )
+    await session.flush()
+    return ready, gone

@@ -7,7 +7,7 @@ monitoring fields: logs are job output, not catalog content). Anyone else reads 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from aicenter.core.errors import Conflict, NotFound, Unavailable, ValidationFail
 from aicenter.core.jobs import JobKind, JobStatus, ReplicaStatus
 from aicenter.db.models import Job, JobEvent, Membership, Replica, User
 from aicenter.db.pagination import Page, paginate
-from aicenter.executors.base import ReplicaHandle
+from aicenter.executors.base import Executor, ReplicaHandle
 from aicenter.executors.local import LocalExecutor
 from aicenter.services.access import get_visible_workspace, require_user_data_access
 from aicenter.services.context import Actor
@@ -241,7 +241,12 @@ def _reloader(
 
 
 def read_logs(
-    target: LogTarget, *, since: int = 0, follow: bool = False, root: Path | None = None
+    target: LogTarget,
+    *,
+    since: int = 0,
+    follow: bool = False,
+    root: Path | None = None,
+    executors: Mapping[str, Executor] | None = None,
 ) -> AsyncIterator[bytes]:
     """The replica's timestamped output from byte ``since``; with ``follow``, until nothing more can come.
 
@@ -250,18 +255,40 @@ def read_logs(
     start when the job restarts, until the job ends. Call it outside any database session: following can last
     as long as the job.
 
+    Args:
+        target: The replica (``log_target``).
+        since: The byte offset to start at.
+        follow: Keep streaming until the replica (or, for the latest attempt, the job) ends.
+        root: The jobs path, for run dirs stored relative to it (local replicas read without ``executors``).
+        executors: This process's executors by name; a replica's logs are read through the one that runs it.
+
     Raises:
         Unavailable: The replica runs on an executor whose logs this server cannot read.
     """
-    if target.handle.executor != "local":  # checked now, not at the first read: the caller answers 503
+    executor = _log_reader(target.handle, root, executors)
+    if executor is None:  # checked now, not at the first read: the caller answers 503
         raise Unavailable(f'logs of "{target.handle.executor}" replicas cannot be read by this server')
-    return _stream(target, since, follow, root)
+    return _stream(target, since, follow, root, executors)
 
 
-async def _stream(target: LogTarget, offset: int, follow: bool, root: Path | None) -> AsyncIterator[bytes]:
+def _log_reader(handle: ReplicaHandle, root: Path | None, executors: Mapping[str, Executor] | None) -> Executor | None:
+    """The executor that reads ``handle``'s logs: this process's, else a local one for local replicas (their
+    logs are files on this host)."""
+    if executors is not None and handle.executor in executors:
+        return executors[handle.executor]
+    if handle.executor == "local":
+        return LocalExecutor(root=root, node_name=handle.node)
+    return None
+
+
+async def _stream(
+    target: LogTarget, offset: int, follow: bool, root: Path | None, executors: Mapping[str, Executor] | None
+) -> AsyncIterator[bytes]:
     while True:
+        executor = _log_reader(target.handle, root, executors)
+        if executor is None:
+            return
         if target.handle.pid > 0:  # pid 0: the launch is only an intent so far; there is nothing to read
-            executor = LocalExecutor(root=root, node_name=target.handle.node)
             # Returns when the launcher is gone, with everything it wrote read.
             async for chunk in executor.logs(target.handle, offset, follow=follow and not target.finished):
                 offset += len(chunk)
@@ -269,7 +296,7 @@ async def _stream(target: LogTarget, offset: int, follow: bool, root: Path | Non
         if not follow or target.finished or target.reload is None:
             return
         fresh = await target.reload()
-        if fresh is None or fresh.handle.executor != "local":
+        if fresh is None:
             return
         if fresh.attempt != target.attempt:
             offset = 0  # the job restarted: the next attempt has a log of its own
