@@ -135,7 +135,7 @@ async def test_replica_runs_on_its_node_with_its_gpus(cluster: SlurmCluster, tmp
         assert handle.node == "node2"
         job = _job_id(handle)
         assert _squeue(cluster, job, "%N") == "node2"
-        assert "gres/gpu=1" in cluster.run("scontrol", "show", "job", job).stdout
+        assert "GRES=gpu:t4:1(IDX:0)" in cluster.run("scontrol", "show", "job", "-d", job).stdout  # allocated
         await ExecutorContract().wait_for_line(executor, handle, b"ready")
         assert lines(await ExecutorContract.read_log(executor, handle))[0] == b"cuda=0"
     finally:
