@@ -53,6 +53,7 @@ def single_user_mode(settings: Settings) -> str | None:
     log.warning(_SINGLE_USER_BANNER.format(rule="=" * 100, reason=reason, consequence=consequence))
     return None if settings.dev else reason
 
+
 # Functions that build this process's controllers from the context; areas register theirs here.
 CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     heartbeat.build,

@@ -135,7 +135,7 @@ class Settings(BaseSettings):
     )
     pip_args: list[str] = Field(
         default_factory=list,
-        description="Extra pip arguments for venv image builds, e.g. [\"--no-index\", \"--find-links\", \"/wheels\"].",
+        description='Extra pip arguments for venv image builds, e.g. ["--no-index", "--find-links", "/wheels"].',
     )
     build_timeout_s: float = Field(default=3600.0, description="A venv image build running longer than this fails.")
 
@@ -243,7 +243,7 @@ class Settings(BaseSettings):
 
     @property
     def store_dir(self) -> Path:
-        return (self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store")
+        return self.store_root.expanduser().resolve() if self.store_root else self.home_dir / "store"
 
     @property
     def jobs_path(self) -> Path:

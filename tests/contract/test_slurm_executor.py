@@ -169,7 +169,11 @@ async def test_nodes_are_the_partitions_usable_nodes(cluster: SlurmCluster, tmp_
     executor = SlurmExecutor(tmp_path, partition=PARTITION, slurm_conf=cluster.conf)
     hosts = {h.name: h for h in await executor.nodes()}
     assert sorted(hosts) == ["node1", "node2", "node3"]
-    assert (hosts["node1"].executor, hosts["node1"].address, len(hosts["node1"].accelerators)) == ("slurm", "127.0.0.1", 4)
+    assert (hosts["node1"].executor, hosts["node1"].address, len(hosts["node1"].accelerators)) == (
+        "slurm",
+        "127.0.0.1",
+        4,
+    )
     assert await SlurmExecutor(tmp_path, partition="other", slurm_conf=cluster.conf).nodes() == []
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ __all__ = [
     "SlurmJob",
     "batch_script",
     "cpus_per_task",
+    "cycle_ports",
     "gpu_gres_type",
     "job_name",
     "memory_mib",
@@ -155,6 +156,29 @@ def cpus_per_task(cpu_milli: int) -> int:
 def memory_mib(memory_bytes: int) -> int:
     """``--mem`` in MiB, rounded up (the launcher enforces the exact limit)."""
     return max(1, math.ceil(memory_bytes / _MIB))
+
+
+def cycle_ports(
+    next_port: int, port_range: tuple[int, int], recent: Collection[int], count: int
+) -> tuple[list[int], int]:
+    """``count`` ports of ``port_range`` from ``next_port`` on, wrapping around, none of ``recent``; and where
+    the next call starts.
+
+    Raises:
+        ValueError: The range has fewer than ``count`` ports outside ``recent``.
+    """
+    first, last = port_range
+    if count > sum(1 for p in range(first, last + 1) if p not in recent):
+        raise ValueError(f"the port range {first}-{last} cannot give {count} ports")
+    ports: list[int] = []
+    port = next_port
+    while len(ports) < count:
+        if not first <= port <= last:
+            port = first
+        if port not in recent:
+            ports.append(port)
+        port += 1
+    return ports, port
 
 
 def job_name(plan: ReplicaPlan) -> str:

@@ -42,6 +42,7 @@ from aicenter.executors.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmJob,
     batch_script,
+    cycle_ports,
     gpu_gres_type,
     node_lost,
     parse_job_id,
@@ -542,19 +543,11 @@ class SlurmExecutor:
         address = found.host.address
         if address.startswith("127.") or address in _LOCAL_NAMES:
             return await self._local.allocate_ports(self._local.node_name, count)
-        first, last = self.port_range
-        recent = self._recent_ports.setdefault(node, deque(maxlen=min(_RECENT_PORTS, (last - first + 1) // 2)))
-        if count > last - first + 1 - len(recent):
-            raise ValueError(f"the port range {first}-{last} cannot give {count} ports")
-        ports: list[int] = []
-        port = self._next_port.get(node, first)
-        while len(ports) < count:
-            if port > last:
-                port = first
-            if port not in recent and port not in ports:
-                ports.append(port)
-            port += 1
-        self._next_port[node] = port
+        size = self.port_range[1] - self.port_range[0] + 1
+        recent = self._recent_ports.setdefault(node, deque(maxlen=min(_RECENT_PORTS, size // 2)))
+        ports, self._next_port[node] = cycle_ports(
+            self._next_port.get(node, self.port_range[0]), self.port_range, set(recent), count
+        )
         recent.extend(ports)
         return ports
 

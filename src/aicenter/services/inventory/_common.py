@@ -26,7 +26,6 @@ MAX_CPU_MILLI = 10**9
 MAX_MEMORY_BYTES = 2**60
 
 
-
 def check_label_key(key: str, field: str) -> None:
     """Raise ValidationFailed unless ``key`` is ``[prefix/]name`` (e.g. ``aicenter.io/hostname``, ``zone``)."""
     prefix, slash, name = key.rpartition("/")

@@ -406,8 +406,7 @@ async def apply_steps(session: AsyncSession, work: Sequence[Work], *, lease_ttl_
     release_held(j for j in held if by_id[j.id].release or not decided[j.id])
     await session.flush()  # the ids of new attempt rows
     return {
-        j.id: Applied(_state(j, rows[j.id], by_id[j.id].state.info), tokens.get(j.id, ""), decided[j.id])
-        for j in held
+        j.id: Applied(_state(j, rows[j.id], by_id[j.id].state.info), tokens.get(j.id, ""), decided[j.id]) for j in held
     }
 
 
