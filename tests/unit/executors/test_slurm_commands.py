@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -81,11 +83,21 @@ def test_job_name() -> None:
 
 
 def test_batch_script_execs_the_launcher_with_quoted_variables() -> None:
-    script = batch_script(["/usr/bin/python3", "-c", "import x; x.main()", "/jobs/my run/plan.json"], {"HOME": "/h h"})
+    launcher = ["/usr/bin/python3", "-c", "import x; x.main()", "/jobs/my run/plan.json"]
+    script = batch_script(launcher, {"HOME": "/h h"}, Path("/jobs/my run/slurm.json"))
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh"
-    assert lines[1] == "export HOME='/h h'"
-    assert shlex.split(lines[2]) == ["exec", "/usr/bin/python3", "-c", "import x; x.main()", "/jobs/my run/plan.json"]
+    assert lines[2] == "export HOME='/h h'"
+    assert shlex.split(lines[3]) == ["exec", *launcher]
+
+
+def test_batch_script_records_the_job_id_atomically(tmp_path: Path) -> None:
+    job_file = tmp_path / "my run" / "slurm.json"
+    job_file.parent.mkdir()
+    script = batch_script(["true"], {}, job_file)
+    subprocess.run(["/bin/sh", "-c", script], env={"SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin"}, check=True)
+    assert json.loads(job_file.read_text()) == {"job_id": "42"}
+    assert sorted(p.name for p in job_file.parent.iterdir()) == ["slurm.json"]
 
 
 def test_parse_job_id() -> None:

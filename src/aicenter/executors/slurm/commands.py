@@ -229,13 +229,21 @@ def sbatch_args(
     return args
 
 
-def batch_script(launcher: Sequence[str], env: Mapping[str, str]) -> str:
-    """The batch script: export the launcher's few variables (``--export=NONE`` gave it none) and ``exec`` it.
+def batch_script(launcher: Sequence[str], env: Mapping[str, str], job_file: Path) -> str:
+    """The batch script: record the job id, export the launcher's few variables (``--export=NONE`` gave it
+    none) and ``exec`` the launcher.
 
-    ``exec`` makes the batch step's process the launcher: Slurm's ``--batch`` signals reach it and only it, and
-    the job ends when the launcher does.
+    The job id goes to ``job_file`` (atomically: a temporary file renamed) before the launcher can write its first
+    record, so a run directory with a record always names its job, even when the server that ran ``sbatch``
+    died before it wrote the same file. ``exec`` makes the batch step's process the launcher: Slurm's
+    ``--batch`` signals reach it and only it, and the job ends when the launcher does.
     """
-    lines = ["#!/bin/sh"]
+    tmp = job_file.with_name(f".{job_file.name}.tmp")
+    lines = [
+        "#!/bin/sh",
+        f'printf \'{{"job_id": "%s"}}\\n\' "$SLURM_JOB_ID" > {shlex.quote(str(tmp))}'
+        f" && mv -f {shlex.quote(str(tmp))} {shlex.quote(str(job_file))}",
+    ]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     lines.append("exec " + " ".join(shlex.quote(a) for a in launcher))
     return "\n".join(lines) + "\n"

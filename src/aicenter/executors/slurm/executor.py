@@ -214,6 +214,7 @@ class SlurmExecutor:
                 if code != 0:
                     raise _QueueUnavailable(err.strip() or f"squeue exited {code}")
                 self._queue, self._queue_at = parse_squeue(out), started
+                self._submitted = {k: t for k, t in self._submitted.items() if t > started - 60.0}
             return self._queue
 
     async def _job(self, job_id: str) -> SlurmJob | None:
@@ -337,7 +338,9 @@ class SlurmExecutor:
             await asyncio.to_thread(write_plan, run_dir, plan_of_launcher)
         except OSError as exc:
             raise LaunchFailed(f"cannot prepare run directory {run_dir}: {exc}") from exc
-        script = batch_script([*launcher_argv(self.python), str(run_dir / PLAN_FILE)], launcher_env(dict(os.environ)))
+        script = batch_script(
+            [*launcher_argv(self.python), str(run_dir / PLAN_FILE)], launcher_env(dict(os.environ)), run_dir / JOB_FILE
+        )
         args = sbatch_args(
             plan,
             run_dir=run_dir,
