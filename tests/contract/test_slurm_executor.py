@@ -177,6 +177,50 @@ async def test_nodes_are_the_partitions_usable_nodes(cluster: SlurmCluster, tmp_
     assert await SlurmExecutor(tmp_path, partition="other", slurm_conf=cluster.conf).nodes() == []
 
 
+async def test_stop_reaps_an_orphan_on_a_fully_allocated_node(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The launcher was killed, its job ended, and another job took every CPU of the node: the reaper cannot get
+    a job of its own there and runs as an overlapping step of the job that holds the node."""
+    executor = SlurmExecutor(tmp_path, partition=PARTITION, slurm_conf=cluster.conf)
+    handle = await executor.launch(_plan(tmp_path, "node2", "echo ready; exec sleep 600"))
+    await ExecutorContract().wait_for_line(executor, handle, b"ready")
+    os.kill(handle.pid, signal.SIGKILL)
+    record = json.loads((Path(handle.run_dir) / STATUS_FILE).read_text())
+    filler = cluster.run("sbatch", "--parsable", "-w", "node2", "-c", "2", "-o", "/dev/null", "--wrap", "sleep 600")
+    filler_id = filler.stdout.strip().split(";")[0]
+    try:
+
+        async def filler_running() -> bool:
+            return _squeue(cluster, filler_id, "%T") == "RUNNING"
+
+        await poll(filler_running, "the job filling node2 to run")
+        assert _alive(record["child_pid"], record["child_start_time"])
+        await executor.stop(handle, grace_s=1.0)
+
+        async def orphan_gone() -> bool:
+            return not _alive(record["child_pid"], record["child_start_time"])
+
+        await poll(orphan_gone, "the orphaned command to be reaped", deadline_s=20.0)
+        assert _squeue(cluster, filler_id, "%T") == "RUNNING"  # the host job itself is left alone
+    finally:
+        cluster.run("scancel", filler_id, check=False)
+
+
+async def test_a_job_gone_from_the_queue_is_judged_by_the_jobcomp_file(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Without a final record and out of squeue (after MinJobAge), the jobcomp file says whether the node failed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = {"state": "running", "launcher_pid": 999_999_999, "launcher_start_time": 1.0, "started_at": None}
+    (run_dir / STATUS_FILE).write_text(json.dumps(record))
+    (run_dir / JOB_FILE).write_text(json.dumps({"job_id": "987654"}))
+    handle = ReplicaHandle("slurm", "node1", str(run_dir), 999_999_999, 1.0, {"slurm_job_id": "987654"})
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text("JobId=987654 UserId=root(0) Name=aicenter-1-worker-0-a0 JobState=NODE_FAIL NodeList=node1\n")
+    with_file = SlurmExecutor(tmp_path, partition=PARTITION, slurm_conf=cluster.conf, jobcomp_file=jobcomp)
+    assert (await with_file.status(handle)).reason == "node lost"
+    without = SlurmExecutor(tmp_path, partition=PARTITION, slurm_conf=cluster.conf)
+    assert (await without.status(handle)).reason == "launcher lost"
+
+
 async def test_a_node_going_down_loses_its_replica(cluster: SlurmCluster, tmp_path: Path) -> None:
     """Last in the module: node3 is set DOWN (with ReturnToService=2 its slurmd brings it back at once)."""
     executor = SlurmExecutor(tmp_path, partition=PARTITION, slurm_conf=cluster.conf)

@@ -70,7 +70,7 @@ _COMMAND_TIMEOUT_S = 30.0
 # After USR2 (kill the command now) or scancel, the launcher needs a moment to reap and write its final record.
 _KILL_WAIT_S = 5.0
 # How long the reaper's srun waits for a CPU on the node before it tries an overlapping step instead.
-_REAP_IMMEDIATE_S = 5
+_REAP_IMMEDIATE_S = 3
 _START_TIME_TOLERANCE_S = 0.05
 _RECENT_PORTS = 4096
 _LOCAL_NAMES = {"localhost", socket.gethostname(), socket.getfqdn()}
