@@ -285,11 +285,7 @@ class SlurmExecutor:
             run_dir=str(run_dir),
             pid=int(record["launcher_pid"]),
             start_time=float(record["launcher_start_time"]),
-            extra={
-                "slurm_job_id": job_id,
-                "child_pid": record.get("child_pid"),
-                "child_start_time": record.get("child_start_time"),
-            },
+            extra={"slurm_job_id": job_id},
         )
 
     @staticmethod
