@@ -1,7 +1,8 @@
 """What every executor reads from a replica's run directory: the launcher's status record and its output log.
 
-All three engines run the same launcher (``aicenter.runtime.launcher``), which writes ``status.json`` and
-``output.log`` into the replica's run directory. The ``local`` executor reads them on this host; the ``ray`` and
+All three engines run the same launcher (``aicenter.runtime.launcher``), from the same plan file
+(``launcher_plan``, ``write_plan``) and the same command line (``launcher_argv``), which writes ``status.json``
+and ``output.log`` into the replica's run directory. The ``local`` executor reads them on this host; the ``ray`` and
 ``slurm`` executors read them on the shared filesystem that holds the jobs' directories (the deployment guide
 says which path every node must mount), so status and logs cost no call into the engine.
 """
@@ -13,13 +14,73 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aicenter.executors.base import ReplicaState, ReplicaStatus
-from aicenter.runtime.files import OUTPUT_FILE, parse_stamp
+import psutil
 
-__all__ = ["FOLLOW_POLL_S", "exited_status", "read_chunk", "stream_output"]
+import aicenter
+from aicenter.executors.base import ReplicaPlan, ReplicaState, ReplicaStatus
+from aicenter.runtime.files import OUTPUT_FILE, PLAN_FILE, LauncherPlan, parse_stamp, write_json_atomic
+
+__all__ = [
+    "FOLLOW_POLL_S",
+    "exited_status",
+    "launcher_argv",
+    "launcher_plan",
+    "read_chunk",
+    "stream_output",
+    "write_plan",
+]
 
 FOLLOW_POLL_S = 0.1
 _READ_CHUNK = 256 * 1024
+# The launcher's interpreter: -I (no PYTHON* variables, no user site) and -S (no site module: its .pth files cost
+# 50 ms of CPU per start here, x200 replicas starting at once on 2 cores). The launcher needs only the stdlib,
+# this package and, in its memory watchdog, psutil: their roots are put on sys.path explicitly, after the stdlib.
+# On a Slurm node the same paths must hold the same install (the deployment guide's shared software path).
+_LAUNCHER_PATHS = list(dict.fromkeys(str(Path(m.__file__ or "").resolve().parent.parent) for m in (aicenter, psutil)))
+
+
+def launcher_argv(python: str, module: str = "aicenter.runtime.launcher") -> list[str]:
+    """``python -I -S -c BOOT``: runs ``module``'s ``main`` (the launcher, or another entry point of this
+    package such as ``aicenter.executors.local.reap``) with this install's paths; arguments follow."""
+    boot = f"import sys; sys.path.extend({_LAUNCHER_PATHS!r}); from {module} import main; sys.exit(main())"
+    return [python, "-I", "-S", "-c", boot]
+
+
+def launcher_plan(
+    plan: ReplicaPlan,
+    *,
+    sandbox: dict[str, Any] | None,
+    env: dict[str, str],
+    pids_max: int,
+    cgroups: bool,
+    cgroup_parent: str,
+) -> LauncherPlan:
+    """The launcher's plan of ``plan``: its sandbox (None: unsandboxed) and the variables it changes."""
+    return LauncherPlan(
+        command=plan.command,
+        workdir=str(plan.workdir),
+        env={**plan.env, **env},
+        devices=tuple(plan.devices),
+        cpus=None if plan.cpus is None else tuple(plan.cpus),
+        memory_bytes=plan.memory_bytes,
+        python_bin=None if plan.python_bin is None else str(plan.python_bin),
+        label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
+        sandbox=sandbox,
+        cpu_milli=plan.cpu_milli,
+        pids_max=pids_max,
+        cgroups=cgroups,
+        cgroup_parent=cgroup_parent,
+    )
+
+
+def write_plan(run_dir: Path, plan: LauncherPlan) -> None:
+    """Create the run directory and write the launcher's plan into it.
+
+    The directory is 0700 and the plan 0600: the plan holds the job's token until the launcher has read it.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.chmod(0o700)  # also when it existed (mkdir's mode is masked by the umask and skipped then)
+    write_json_atomic(run_dir / PLAN_FILE, plan.to_json())
 
 
 def read_chunk(path: Path, offset: int, size: int) -> bytes:

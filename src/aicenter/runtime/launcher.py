@@ -16,6 +16,9 @@ run directory (see ``aicenter.runtime.files``). The launcher:
    sampling watchdog: a burst between two samples can go past the limit briefly. ``status.json`` records
    which (``limits``: ``cgroup-v2``, ``cgroup-v1``, ``watchdog`` or null), and ``launcher.log`` says why;
 4. forwards SIGTERM/SIGINT to the command's process group (reason ``stopped``), so a job can checkpoint;
+   SIGUSR2 kills the command's process group (and control group) at once, reason ``stopped`` too: the forced
+   end of a stop where the executor can signal only the launcher (Slurm's ``scancel --batch`` reaches the batch
+   script, which execs the launcher, and nothing else);
 5. when the command exits, kills what is left of its process group and of its control group (which holds
    also what left the process group with ``setsid``), drains the output, removes the control group and
    writes the final ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0.
@@ -249,6 +252,7 @@ class _Supervisor:
         self.network = _Network(plan, api_fd, netns_fd)
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None
+        self.kill_requested = False
         self.oom = False
         self.group: ReplicaGroup | None = None
         self.finished = threading.Event()
@@ -272,6 +276,21 @@ class _Supervisor:
         self.stop_signal = signum
         if self.child is not None and self.child.returncode is None:
             self._forward(signum)
+
+    def on_kill(self, signum: int, _frame: FrameType | None) -> None:
+        """SIGUSR2: the stop's grace is over; kill the command's groups now (module docstring, point 4)."""
+        _log("INFO", f"received signal {signum}, killing the command")
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        self.kill_requested = True
+        if self.child is not None and self.child.returncode is None:
+            self._kill()
+
+    def _kill(self) -> None:
+        assert self.child is not None
+        _kill_group(self.child.pid, signal.SIGKILL)
+        if self.group is not None:
+            self.group.kill()
 
     def _forward(self, signum: int) -> None:
         assert self.child is not None
@@ -375,7 +394,9 @@ class _Supervisor:
         self.network.start()
         if group is not None:
             group.close_files()
-        if self.stop_signal is not None:  # a stop that arrived while the command was being started
+        if self.kill_requested:  # a stop that arrived while the command was being started
+            self._kill()
+        elif self.stop_signal is not None:
             self._forward(self.stop_signal)
         started_at = utc_stamp()
         assert child.stdout is not None
@@ -547,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _drop_secrets(plan_path, data)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
+    signal.signal(signal.SIGUSR2, supervisor.on_kill)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the server's terminal going away is no reason to stop
     try:
         return supervisor.run()

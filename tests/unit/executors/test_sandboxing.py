@@ -86,7 +86,7 @@ async def test_bwrap_mode_refuses_to_launch_where_no_sandbox_can_be_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = SandboxSupport(False, None, os.geteuid() == 0, "bwrap is not installed")
-    monkeypatch.setattr("aicenter.executors.local.executor.sandbox_support", lambda: broken)
+    monkeypatch.setattr("aicenter.executors.local.sandboxing.sandbox_support", lambda: broken)
     plan = _plan(tmp_path, node="n")
     with pytest.raises(LaunchFailed, match="bwrap is not installed"):
         await LocalExecutor(tmp_path, node_name="n", sandbox="bwrap").launch(plan)

@@ -1,10 +1,14 @@
-"""The launcher's pure parts: the child's environment, line stamping, plan and status files."""
+"""The launcher: the child's environment, line stamping, plan and status files; its SIGUSR2 forced stop."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 from aicenter.runtime.files import LauncherPlan, parse_stamp, read_json, utc_stamp, write_json_atomic
@@ -82,3 +86,25 @@ def test_stamps_parse_back() -> None:
 def test_main_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main([]) == 2
     assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: Path) -> None:
+    """What the Slurm executor sends (``scancel --batch --signal=USR2``) when the stop's grace is over."""
+    plan = LauncherPlan(command="trap '' TERM; echo ready; exec sleep 600", workdir=str(tmp_path))
+    write_json_atomic(tmp_path / "plan.json", plan.to_json())
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "aicenter.runtime.launcher", str(tmp_path / "plan.json")], env=env
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while (read_json(tmp_path / "status.json") or {}).get("state") != "running":
+            assert time.monotonic() < deadline, "the launcher did not start the command"
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)  # ignored by the command
+        launcher.send_signal(signal.SIGUSR2)
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        launcher.kill()
+    record = read_json(tmp_path / "status.json") or {}
+    assert (record["state"], record["exit_code"], record["reason"]) == ("exited", -9, "stopped")

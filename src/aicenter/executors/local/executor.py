@@ -26,7 +26,6 @@ from typing import Any, BinaryIO
 
 import psutil
 
-import aicenter
 from aicenter.executors.base import (
     HostInfo,
     LaunchFailed,
@@ -40,11 +39,16 @@ from aicenter.executors.local.sandboxing import (
     NetworkMode,
     SandboxMode,
     isolate_network,
-    prepare_writable,
-    sandbox_spec,
-    sandbox_support,
+    replica_sandbox,
 )
-from aicenter.executors.rundir import exited_status, read_chunk, stream_output
+from aicenter.executors.rundir import (
+    exited_status,
+    launcher_argv,
+    launcher_plan,
+    read_chunk,
+    stream_output,
+    write_plan,
+)
 from aicenter.runtime import netns
 from aicenter.runtime.cgroups import ReplicaGroup
 from aicenter.runtime.files import (
@@ -54,7 +58,6 @@ from aicenter.runtime.files import (
     LauncherPlan,
     parse_stamp,
     read_json,
-    write_json_atomic,
 )
 from aicenter.runtime.launcher import launcher_env
 from aicenter.runtime.sandbox import signal_sandbox
@@ -66,13 +69,6 @@ _START_TIME_TOLERANCE_S = 0.05
 _POLL_S = 0.02
 # After SIGKILL of the command, the launcher needs a moment to reap it and write the final status.
 _LAUNCHER_FINISH_S = 5.0
-# The launcher's interpreter: -I (no PYTHON* variables, no user site) and -S (no site module: its .pth files cost
-# 50 ms of CPU per start here, x200 replicas starting at once on 2 cores). The launcher needs only the stdlib,
-# this package and, in its memory watchdog, psutil: their roots are put on sys.path explicitly, after the stdlib.
-_LAUNCHER_PATHS = list(dict.fromkeys(str(Path(m.__file__ or "").resolve().parent.parent) for m in (aicenter, psutil)))
-_LAUNCHER_BOOT = (
-    f"import sys; sys.path.extend({_LAUNCHER_PATHS!r}); from aicenter.runtime.launcher import main; sys.exit(main())"
-)
 # Ports handed out recently are not handed out again: the kernel may return a port that was just released,
 # and two replicas of one job must not be told the same port before either has bound it.
 _RECENT_PORTS = 4096
@@ -164,18 +160,10 @@ class LocalExecutor:
     ) -> tuple[dict[str, Any] | None, dict[str, str], netns.HeldNetns | None]:
         """The plan's sandbox as the launcher reads it (None when off), its writable paths made ready; the
         variables it changes, and the job's network namespace held for this launch (None on the host's)."""
-        if self.sandbox == "off":
+        spec, as_root = replica_sandbox(plan, run_dir, mode=self.sandbox, uid_base=self.sandbox_uid_base)
+        if spec is None:
             return None, {}, None
-        support = sandbox_support()
-        if not support.available or support.bwrap is None:
-            if self.sandbox == "auto":
-                return None, {}, None
-            raise LaunchFailed(f"AICENTER_SANDBOX=bwrap but no sandbox can be made here: {support.reason}")
-        spec = sandbox_spec(
-            plan, run_dir, bwrap=support.bwrap, uid_base=self.sandbox_uid_base if support.as_root else None
-        )
-        prepare_writable(spec)
-        if not support.as_root or self.sandbox_network == "host":
+        if not as_root or self.sandbox_network == "host":
             return spec.to_json(), {}, None
         try:
             spec, env, held = isolate_network(spec, plan, scope=str(self.root or ""), api_server=self.api_server)
@@ -253,24 +241,17 @@ class LocalExecutor:
         held: netns.HeldNetns | None,
     ) -> ReplicaHandle:
         """Write the launcher's plan, start the launcher (handing it ``held``'s fds) and wait for its record."""
-        launcher_plan = LauncherPlan(
-            command=plan.command,
-            workdir=str(plan.workdir),
-            env={**plan.env, **env},
-            devices=tuple(plan.devices),
-            cpus=None if plan.cpus is None else tuple(plan.cpus),
-            memory_bytes=plan.memory_bytes,
-            python_bin=None if plan.python_bin is None else str(plan.python_bin),
-            label=f"job {plan.job_id} {plan.task}/{plan.replica} attempt {plan.attempt}",
+        plan_of_launcher = launcher_plan(
+            plan,
             sandbox=sandbox,
-            cpu_milli=plan.cpu_milli,
+            env=env,
             pids_max=self.pids_max,
             cgroups=self.cgroups,
             cgroup_parent=self.cgroup_parent,
         )
         try:
             # In a thread: the plan is fsynced, which can take a while on a busy disk.
-            log_file = await asyncio.to_thread(_prepare_run_dir, run_dir, launcher_plan)
+            log_file = await asyncio.to_thread(_prepare_run_dir, run_dir, plan_of_launcher)
         except OSError as exc:
             raise LaunchFailed(f"cannot prepare run directory {run_dir}: {exc}") from exc
         deadline = time.monotonic() + self.launch_timeout_s
@@ -287,11 +268,7 @@ class LocalExecutor:
                 # The launcher forks away from this short-lived intermediate (--detach): it is never our child,
                 # so it leaves no zombie behind and lives on when this server dies.
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    _LAUNCHER_BOOT,
+                    *launcher_argv(sys.executable),
                     "--detach",
                     "--ready-fd",
                     str(ready_w),
@@ -476,13 +453,8 @@ async def _readable(fd: int, timeout_s: float) -> None:
 
 
 def _prepare_run_dir(run_dir: Path, plan: LauncherPlan) -> BinaryIO:
-    """Create the run directory, write the plan, and open the launcher's log for its stdout/stderr.
-
-    The directory is 0700 and the plan 0600: the plan holds the job's token until the launcher has read it.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.chmod(0o700)  # also when it existed (mkdir's mode is masked by the umask and skipped then)
-    write_json_atomic(run_dir / PLAN_FILE, plan.to_json())
+    """Create the run directory, write the plan (``write_plan``), and open the launcher's log for its output."""
+    write_plan(run_dir, plan)
     return (run_dir / LAUNCHER_LOG).open("ab")
 
 

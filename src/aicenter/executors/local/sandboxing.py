@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import aicenter
-from aicenter.executors.base import ReplicaPlan
+from aicenter.executors.base import LaunchFailed, ReplicaPlan
 from aicenter.runtime import netns
 from aicenter.runtime.files import METRICS_FILE
 from aicenter.runtime.relay import relay_target
@@ -27,6 +27,7 @@ __all__ = [
     "SandboxMode",
     "isolate_network",
     "prepare_writable",
+    "replica_sandbox",
     "sandbox_spec",
     "sandbox_support",
     "unsandboxed_reason",
@@ -141,6 +142,31 @@ def prepare_writable(spec: SandboxSpec) -> None:
         for top, dirs, files in os.walk(path):
             for name in dirs + files:
                 os.lchown(os.path.join(top, name), spec.uid, gid)
+
+
+def replica_sandbox(
+    plan: ReplicaPlan, run_dir: Path, *, mode: SandboxMode, uid_base: int
+) -> tuple[SandboxSpec | None, bool]:
+    """The sandbox of ``plan``'s replica under ``mode``, its writable paths made ready, and whether it is made
+    as root (which runs it as ``uid_base + workspace id``); ``(None, False)`` when it runs unsandboxed.
+
+    Shared by the executors that run the launcher on a host they reach (``local``; ``slurm``, whose nodes see
+    the same paths): the network is each executor's own choice (``isolate_network``).
+
+    Raises:
+        LaunchFailed: ``mode`` is ``bwrap`` and no sandbox can be made here.
+        OSError: A writable path could not be made ready.
+    """
+    if mode == "off":
+        return None, False
+    support = sandbox_support()
+    if not support.available or support.bwrap is None:
+        if mode == "auto":
+            return None, False
+        raise LaunchFailed(f"AICENTER_SANDBOX=bwrap but no sandbox can be made here: {support.reason}")
+    spec = sandbox_spec(plan, run_dir, bwrap=support.bwrap, uid_base=uid_base if support.as_root else None)
+    prepare_writable(spec)
+    return spec, support.as_root
 
 
 def isolate_network(

@@ -1,5 +1,6 @@
-"""The Slurm executor: runs replicas as Slurm jobs. For now only its node inventory (``scontrol show nodes``)."""
+"""The Slurm executor: replicas as Slurm batch jobs (``executor``) on the nodes ``scontrol`` reports (``inventory``)."""
 
+from aicenter.executors.slurm.executor import SlurmExecutor
 from aicenter.executors.slurm.inventory import (
     DEFAULT_GPU_TYPE,
     SlurmNode,
@@ -13,6 +14,7 @@ from aicenter.executors.slurm.inventory import (
 
 __all__ = [
     "DEFAULT_GPU_TYPE",
+    "SlurmExecutor",
     "SlurmNode",
     "accelerator_type",
     "feature_labels",

@@ -74,12 +74,18 @@ class SlurmNode:
         state: Slurm's state string, e.g. ``IDLE``, ``DOWN+NOT_RESPONDING``, ``IDLE+DRAIN``.
         up: Whether work can be placed there now.
         reason: Why an admin or Slurm took it down (``Reason=`` without its ``[user@time]`` stamp); empty if none.
+        name: Slurm's own name of the node (``host.name`` is the same; the executor lower-cases it for aicenter).
+        partitions: The partitions that hold it.
+        gres: Its ``Gres=`` value as Slurm wrote it (``gpu:a100:2``), for the executor's ``--gres`` requests.
     """
 
     host: HostInfo
     state: str
     up: bool
     reason: str = ""
+    name: str = ""
+    partitions: tuple[str, ...] = ()
+    gres: str = ""
 
 
 def split_fields(line: str) -> dict[str, str]:
@@ -205,7 +211,16 @@ def parse_node(fields: Mapping[str, str]) -> SlurmNode:
         accelerators=tuple(accelerators),
         labels=labels,
     )
-    return SlurmNode(host=host, state=state, up=node_up(state), reason="" if reason == "(null)" else reason)
+    partitions = tuple(p for p in fields.get("Partitions", "").split(",") if p and p != "(null)")
+    return SlurmNode(
+        host=host,
+        state=state,
+        up=node_up(state),
+        reason="" if reason == "(null)" else reason,
+        name=name,
+        partitions=partitions,
+        gres=fields.get("Gres", ""),
+    )
 
 
 def parse_nodes(text: str) -> list[SlurmNode]:
