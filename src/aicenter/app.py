@@ -91,7 +91,7 @@ def build_executors(settings: Settings) -> dict[str, Executor]:
 
         executors["slurm"] = SlurmExecutor(
             settings.jobs_path,
-            partition=settings.slurm_partition,
+            partition=settings.slurm_partition or None,
             slurm_conf=settings.slurm_conf or None,
             bin_dir=settings.slurm_bin_dir or None,
             python=settings.engine_python or None,

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
+from tests.support.ray import RayCluster, RayNodeSpec, ray_available
 from tests.support.slurm import NodeSpec, SlurmCluster, slurm_available
 
 pytest.importorskip("torch")  # in the test extras; CI installs it
@@ -118,13 +119,13 @@ class Engine:
     Attributes:
         name: ``slurm`` or ``ray``.
         env: The AICENTER_* settings of a server on it.
-        kill_node: Kill the node named (aicenter's name) the way the engine sees a node die.
+        kill_node: Kill a node (the API's record of it) the way the engine sees a node die.
         keep: Nodes the test must not kill (Ray's head holds the cluster's state).
     """
 
     name: str
     env: dict[str, str]
-    kill_node: Callable[[str], None]
+    kill_node: Callable[[dict[str, Any]], None]
     keep: frozenset[str] = frozenset()
 
 
@@ -135,8 +136,8 @@ def slurm_engine(tmp_path: Path) -> Iterator[Engine]:
     nodes = [NodeSpec(f"e2e{i}", cpus=2, memory_mib=2048) for i in (1, 2, 3)]
     with SlurmCluster(tmp_path / "slurm", nodes=nodes, partition="aicenter") as cluster:
 
-        def kill(name: str) -> None:
-            cluster.run("scontrol", "update", f"nodename={name}", "state=down", "reason=e2e-node-killed")
+        def kill(node: dict[str, Any]) -> None:
+            cluster.run("scontrol", "update", f"nodename={node['name']}", "state=down", "reason=e2e-node-killed")
 
         yield Engine(
             "slurm",
@@ -146,6 +147,25 @@ def slurm_engine(tmp_path: Path) -> Iterator[Engine]:
                 "AICENTER_SLURM_CONF": str(cluster.conf),
             },
             kill,
+        )
+
+
+@pytest.fixture
+def ray_engine(tmp_path: Path) -> Iterator[Engine]:
+    if (reason := ray_available()) is not None:
+        pytest.skip(reason)
+    head = RayNodeSpec("127.0.0.2", cpus=2, labels={"aicenter.io/node": "head"})
+    nodes = [head, RayNodeSpec("127.0.0.3", cpus=2), RayNodeSpec("127.0.0.4", cpus=2)]
+    with RayCluster(tmp_path / "ray", nodes=nodes) as cluster:
+
+        def kill(node: dict[str, Any]) -> None:
+            cluster.kill_raylet(node["address"])  # kill -9: the node dies as a crashed host does
+
+        yield Engine(
+            "ray",
+            {"AICENTER_EXECUTOR": "ray", "AICENTER_RAY_ADDRESS": cluster.address, "AICENTER_RAY_AUTH_MODE": "disabled"},
+            kill,
+            keep=frozenset({"head"}),  # the head holds the cluster's state: killing it ends the cluster
         )
 
 
@@ -208,7 +228,7 @@ def run_ddp_across_nodes_with_a_node_killed(engine: Engine, tmp_path: Path) -> N
         assert len(set(first.values())) == 2, f"the replicas share a node: {first}"
         assert f"checkpoint at step {HOLD_AT}" in _replica_log(alice, job_id, 0, 0)
         victim = first[1] if first[1] not in engine.keep else first[0]
-        engine.kill_node(victim)
+        engine.kill_node(next(n for n in nodes if n["name"] == victim))
 
         def finished() -> dict[str, Any] | None:
             job: dict[str, Any] = alice.json("job", "get", str(job_id))
@@ -238,3 +258,8 @@ def run_ddp_across_nodes_with_a_node_killed(engine: Engine, tmp_path: Path) -> N
 @pytest.mark.slurm
 def test_slurm_ddp_resumes_on_other_nodes_after_a_node_goes_down(slurm_engine: Engine, tmp_path: Path) -> None:
     run_ddp_across_nodes_with_a_node_killed(slurm_engine, tmp_path)
+
+
+@pytest.mark.ray
+def test_ray_ddp_resumes_on_other_nodes_after_a_raylet_is_killed(ray_engine: Engine, tmp_path: Path) -> None:
+    run_ddp_across_nodes_with_a_node_killed(ray_engine, tmp_path)

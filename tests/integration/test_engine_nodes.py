@@ -7,7 +7,6 @@ Ray and Slurm clusters in ``tests/contract`` and ``tests/integration/executors``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -54,9 +53,9 @@ async def _nodes(db: Database) -> dict[str, Node]:
 
 
 @pytest.fixture
-async def engine(db: Database, settings: Settings) -> AsyncIterator[tuple[ScriptedEngine, EngineNodesController]]:
+def engine(db: Database, settings: Settings) -> tuple[ScriptedEngine, EngineNodesController]:
     scripted = ScriptedEngine()
-    yield scripted, EngineNodesController(db, settings, {"slurm": scripted})  # type: ignore[dict-item]
+    return scripted, EngineNodesController(db, settings, {"slurm": scripted})  # type: ignore[dict-item]
 
 
 async def test_engine_nodes_are_registered_with_labels_topology_and_accelerators(

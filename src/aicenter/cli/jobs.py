@@ -361,11 +361,24 @@ def logs(
     task: TaskOpt = None,
     replica: ReplicaOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the replica ends.")] = False,
+    attempt: Annotated[
+        int | None,
+        typer.Option(
+            "--attempt", "-a", min=0, help="An earlier run's log: 0 is the first (default: the latest launched)."
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """A replica's output, each line prefixed by its UTC time."""
     with client() as api:
-        _stream_logs(api, _job_id(api, job, workspace), task, replica, follow)
+        job_id = _job_id(api, job, workspace)
+        if attempt is not None:
+            if follow:
+                raise CliError("validation_failed", "--attempt reads a finished run's log; it cannot be --follow'ed")
+            for line in api.job_logs(job_id, task=task, replica=replica, attempt=attempt):
+                typer.echo(line)
+            return
+        _stream_logs(api, job_id, task, replica, follow)
 
 
 @job_app.command("events")
