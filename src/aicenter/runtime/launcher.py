@@ -31,6 +31,13 @@ for as long as it runs, and a share of the namespace (``--netns-fd``). When the 
 stops accepting and finishes its open connections, the share is dropped, and the namespace is removed if this
 was the last replica of the job on the node.
 
+With ``--anchor PID:START_TIME`` the replica is tied to another process's life: a watcher thread checks every
+``ANCHOR_CHECK_S`` that the process which started at ``START_TIME`` still holds ``PID`` and, once it is gone, kills
+the command (group, sandbox and control group) with SIGKILL and writes the final record with reason
+``node lost``. The ``ray`` executor anchors a replica to its Ray actor: when the actor's node dies (its raylet
+killed, the machine cut off), Ray kills the actor's worker but not the detached launcher, which would otherwise
+run the command on, unsupervised, and hold its devices. Without ``--anchor`` nothing changes.
+
 Start-up time is the job's latency (and, with 200 replicas starting at once on 2 cores, CPU the API and the
 controllers need): the executor runs it with ``python -S -E`` and this module imports only what the first
 output line needs. ``psutil`` (~16 ms of imports) is loaded by the memory watchdog's thread, after the command
@@ -84,6 +91,11 @@ DRAIN_TIMEOUT_S = 10.0
 # The API relay's connections may be another replica's (the kernel spreads them over the job's relays): once the
 # command ended they get this long to finish before the launcher exits.
 RELAY_DRAIN_S = 10.0
+# How often an anchored launcher checks its anchor (``--anchor``); the command outlives a dead anchor by at most this.
+ANCHOR_CHECK_S = 0.5
+# Start times are compared with this tolerance (clock ticks are 1/100 s), as the executors compare them.
+START_TIME_TOLERANCE_S = 0.05
+ANCHOR_LOST_REASON = "node lost"
 
 
 def _log(level: str, message: str) -> None:
@@ -243,8 +255,11 @@ class _Supervisor:
         *,
         api_fd: int | None = None,
         netns_fd: int | None = None,
+        anchor: tuple[int, float] | None = None,
     ) -> None:
         self.plan = plan
+        self.anchor = anchor
+        self.anchor_lost = False
         self.run_dir = run_dir
         self.network = _Network(plan, api_fd, netns_fd)
         self.child: subprocess.Popen[bytes] | None = None
@@ -310,6 +325,22 @@ class _Supervisor:
                 self.oom = True
                 _kill_group(pid, signal.SIGKILL)
                 return
+
+    def _watch_anchor(self, pid: int, start_time: float) -> None:
+        """Kill the command once the anchor process is gone (module docstring: ``--anchor``)."""
+        while not self.finished.wait(ANCHOR_CHECK_S):
+            started = create_time(pid)
+            if started is not None and abs(started - start_time) <= START_TIME_TOLERANCE_S:
+                continue
+            _log("WARNING", f"anchor process {pid} is gone: killing the command")
+            self.anchor_lost = True
+            assert self.child is not None
+            if self.plan.sandbox is not None:
+                self._forward(signal.SIGKILL)  # the sandbox's members first, then the rest of the group
+            _kill_group(self.child.pid, signal.SIGKILL)
+            if self.group is not None:
+                self.group.kill()
+            return
 
     def _make_group(self) -> None:
         """The replica's control group with its limits, when the plan wants one and the host allows it."""
@@ -392,6 +423,8 @@ class _Supervisor:
 
         if plan.memory_bytes > 0 and group is None:  # with a group, the kernel enforces it
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
+        if self.anchor is not None:
+            threading.Thread(target=self._watch_anchor, args=self.anchor, daemon=True).start()
 
         exit_code = child.wait()
         if plan.sandbox is not None and 128 < exit_code <= 128 + 64:
@@ -407,8 +440,10 @@ class _Supervisor:
         output.close()
         self.release_group()
 
-        if self.oom:
-            reason: str | None = "oom"
+        if self.anchor_lost:
+            reason: str | None = ANCHOR_LOST_REASON
+        elif self.oom:
+            reason = "oom"
         elif self.stop_signal is not None:
             reason = "stopped"
         elif exit_code < 0:
@@ -485,13 +520,13 @@ def _detach() -> None:
 
 USAGE = (
     "usage: python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] [--api-fd FD] [--netns-fd FD] "
-    "RUN_DIR/plan.json"
+    "[--anchor PID:START_TIME] RUN_DIR/plan.json"
 )
 _FD_OPTIONS = ("--ready-fd", "--api-fd", "--netns-fd")
 
 
-def _parse(args: list[str]) -> tuple[bool, dict[str, int], list[str]] | None:
-    detach, fds, rest = False, {}, []
+def _parse(args: list[str]) -> tuple[bool, dict[str, int], tuple[int, float] | None, list[str]] | None:
+    detach, fds, anchor, rest = False, {}, None, []
     it = iter(args)
     for arg in it:
         if arg == "--detach":
@@ -501,9 +536,15 @@ def _parse(args: list[str]) -> tuple[bool, dict[str, int], list[str]] | None:
                 fds[arg] = int(next(it))
             except (StopIteration, ValueError):
                 return None
+        elif arg == "--anchor":
+            try:
+                pid, _, start = next(it).partition(":")
+                anchor = (int(pid), float(start))
+            except (StopIteration, ValueError):
+                return None
         else:
             rest.append(arg)
-    return detach, fds, rest
+    return detach, fds, anchor, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -513,12 +554,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     closed) once ``status.json`` holds the first record, so ``launch`` returns without polling.
     ``--api-fd``, ``--netns-fd``: the API socket inside the job's network namespace and the share of that
     namespace (``aicenter.runtime.netns.HeldNetns``), inherited from the executor.
+    ``--anchor PID:START_TIME``: kill the command when that process is gone (module docstring).
     """
     parsed = _parse(list(sys.argv[1:] if argv is None else argv))
-    if parsed is None or len(parsed[2]) != 1:
+    if parsed is None or len(parsed[3]) != 1:
         print(USAGE, file=sys.stderr)
         return 2
-    detach, fds, (plan_arg,) = parsed
+    detach, fds, anchor, (plan_arg,) = parsed
     plan_path = Path(plan_arg).absolute()
     if detach:
         _detach()
@@ -543,6 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fds.get("--ready-fd"),
         api_fd=fds.get("--api-fd"),
         netns_fd=fds.get("--netns-fd"),
+        anchor=anchor,
     )
     _drop_secrets(plan_path, data)
     signal.signal(signal.SIGTERM, supervisor.on_signal)

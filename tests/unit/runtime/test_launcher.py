@@ -82,3 +82,4 @@ def test_stamps_parse_back() -> None:
 def test_main_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main([]) == 2
     assert main([str(tmp_path / "missing.json")]) == 2
+    assert main(["--anchor", "not-a-pid", str(tmp_path / "plan.json")]) == 2
