@@ -19,8 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aicenter.executors import ACCELERATOR_LABEL, HOSTNAME_LABEL, Executor, LaunchFailed, ReplicaHandle, ReplicaPlan
-from aicenter.executors import ReplicaState
+from aicenter.executors import (
+    ACCELERATOR_LABEL,
+    HOSTNAME_LABEL,
+    Executor,
+    LaunchFailed,
+    ReplicaHandle,
+    ReplicaPlan,
+    ReplicaState,
+)
 from aicenter.executors.ray import RayExecutor
 from aicenter.runtime.files import STATUS_FILE
 from tests.contract.executor_suite import ExecutorContract, lines, poll
@@ -146,11 +153,17 @@ class TestRayExecutor(ExecutorContract):
     async def test_a_fresh_server_process_adopts_a_running_replica(self, root: Path) -> None:
         """A server process (its own ray.init) launches a replica and dies by SIGKILL; this process adopts it."""
         gate = root / "gate"
-        plan_args = dict(
-            job_id=7, task="worker", replica=0, attempt=0, node=WORKER,
-            command=f"echo up; while [ ! -f {gate} ]; do sleep 0.05; done; echo finished",
-            env={}, run_dir=str(root / "adopted"), workdir=str(root),
-        )  # fmt: skip
+        plan_args = {
+            "job_id": 7,
+            "task": "worker",
+            "replica": 0,
+            "attempt": 0,
+            "node": WORKER,
+            "command": f"echo up; while [ ! -f {gate} ]; do sleep 0.05; done; echo finished",
+            "env": {},
+            "run_dir": str(root / "adopted"),
+            "workdir": str(root),
+        }
         server = textwrap.dedent(
             f"""
             import asyncio, json

@@ -175,7 +175,7 @@ class RayCluster:
     def start(self, timeout: float = 120) -> None:
         """Start the head, then every other node one by one; stops what it started if that fails."""
         if self.dir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="aicray-", dir="/tmp"))  # noqa: S108 - short socket paths
+            self.dir = Path(tempfile.mkdtemp(prefix="aicray-", dir="/tmp"))  # short: socket paths
             self._made_dir = True
         self.port = self.port or free_port()
         try:
@@ -188,7 +188,9 @@ class RayCluster:
     def logs(self) -> str:
         """The tail of every ``ray start`` output, for a failure message."""
         assert self.dir is not None
-        return "".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}\n" for p in sorted(self.dir.glob("*.log")))
+        return "".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}\n" for p in sorted(self.dir.glob("*.log"))
+        )
 
     def raylet_pid(self, ip: str) -> int:
         """The pid of the raylet of node ``ip`` (a child of that node's ``ray start``)."""

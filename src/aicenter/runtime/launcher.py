@@ -31,12 +31,10 @@ for as long as it runs, and a share of the namespace (``--netns-fd``). When the 
 stops accepting and finishes its open connections, the share is dropped, and the namespace is removed if this
 was the last replica of the job on the node.
 
-With ``--anchor PID:START_TIME`` the replica is tied to another process's life: a watcher thread checks every
-``ANCHOR_CHECK_S`` that the process which started at ``START_TIME`` still holds ``PID`` and, once it is gone, kills
-the command (group, sandbox and control group) with SIGKILL and writes the final record with reason
-``node lost``. The ``ray`` executor anchors a replica to its Ray actor: when the actor's node dies (its raylet
-killed, the machine cut off), Ray kills the actor's worker but not the detached launcher, which would otherwise
-run the command on, unsupervised, and hold its devices. Without ``--anchor`` nothing changes.
+``--anchor PID:START_TIME`` ties the replica to another process: a thread checks every ``ANCHOR_CHECK_S`` that it
+lives and, once it is gone, kills the command (group, sandbox, control group) and records reason ``node lost``.
+The ``ray`` executor anchors a replica to its actor: when the node dies, Ray kills the actor but not the detached
+launcher, whose command would run on unsupervised on devices given to others. Without it nothing changes.
 
 Start-up time is the job's latency (and, with 200 replicas starting at once on 2 cores, CPU the API and the
 controllers need): the executor runs it with ``python -S -E`` and this module imports only what the first
@@ -91,10 +89,8 @@ DRAIN_TIMEOUT_S = 10.0
 # The API relay's connections may be another replica's (the kernel spreads them over the job's relays): once the
 # command ended they get this long to finish before the launcher exits.
 RELAY_DRAIN_S = 10.0
-# How often an anchored launcher checks its anchor (``--anchor``); the command outlives a dead anchor by at most this.
-ANCHOR_CHECK_S = 0.5
-# Start times are compared with this tolerance (clock ticks are 1/100 s), as the executors compare them.
-START_TIME_TOLERANCE_S = 0.05
+ANCHOR_CHECK_S = 0.5  # ``--anchor``: the command outlives its anchor by at most this
+START_TIME_TOLERANCE_S = 0.05  # clock ticks are 1/100 s: the executors compare start times so too
 ANCHOR_LOST_REASON = "node lost"
 
 
@@ -326,21 +322,15 @@ class _Supervisor:
                 _kill_group(pid, signal.SIGKILL)
                 return
 
-    def _watch_anchor(self, pid: int, start_time: float) -> None:
-        """Kill the command once the anchor process is gone (module docstring: ``--anchor``)."""
+    def _watch_anchor(self, child: int, pid: int, start_time: float) -> None:
+        """Kill the command's group (the sandbox's too) once the anchor is gone (module docstring: ``--anchor``);
+        what left the group (setsid) dies with the control group after the wait, as after any exit."""
         while not self.finished.wait(ANCHOR_CHECK_S):
-            started = create_time(pid)
-            if started is not None and abs(started - start_time) <= START_TIME_TOLERANCE_S:
-                continue
-            _log("WARNING", f"anchor process {pid} is gone: killing the command")
-            self.anchor_lost = True
-            assert self.child is not None
-            if self.plan.sandbox is not None:
-                self._forward(signal.SIGKILL)  # the sandbox's members first, then the rest of the group
-            _kill_group(self.child.pid, signal.SIGKILL)
-            if self.group is not None:
-                self.group.kill()
-            return
+            if abs((create_time(pid) or 0.0) - start_time) > START_TIME_TOLERANCE_S:
+                _log("WARNING", f"anchor process {pid} is gone: killing the command")
+                self.anchor_lost = True
+                _kill_group(child, signal.SIGKILL)
+                return
 
     def _make_group(self) -> None:
         """The replica's control group with its limits, when the plan wants one and the host allows it."""
@@ -424,7 +414,7 @@ class _Supervisor:
         if plan.memory_bytes > 0 and group is None:  # with a group, the kernel enforces it
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
         if self.anchor is not None:
-            threading.Thread(target=self._watch_anchor, args=self.anchor, daemon=True).start()
+            threading.Thread(target=self._watch_anchor, args=(child.pid, *self.anchor), daemon=True).start()
 
         exit_code = child.wait()
         if plan.sandbox is not None and 128 < exit_code <= 128 + 64:
@@ -537,10 +527,10 @@ def _parse(args: list[str]) -> tuple[bool, dict[str, int], tuple[int, float] | N
             except (StopIteration, ValueError):
                 return None
         elif arg == "--anchor":
+            pid, _, start = next(it, "").partition(":")
             try:
-                pid, _, start = next(it).partition(":")
                 anchor = (int(pid), float(start))
-            except (StopIteration, ValueError):
+            except ValueError:
                 return None
         else:
             rest.append(arg)

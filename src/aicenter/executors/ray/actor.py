@@ -42,7 +42,7 @@ def _alive(pid: int, start_time: float) -> bool:
     return started is not None and abs(started - start_time) <= _START_TIME_TOLERANCE_S
 
 
-@ray.remote(max_concurrency=8)
+@ray.remote
 class ReplicaActor:
     """One replica on its node: ``LocalExecutor`` launch/status/stop there, anchored to this actor's process.
 
@@ -78,7 +78,7 @@ class ReplicaActor:
 
     def exit(self) -> None:
         """End this actor (Ray frees its resources); called by the actor's own watcher."""
-        ray.actor.exit_actor()
+        ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
     def _watch(self, pid: int, start_time: float) -> None:
         stop = threading.Event()

@@ -78,9 +78,10 @@ def _ray() -> Any:
 
 
 def _actor_module() -> Any:
-    from aicenter.executors.ray import actor
+    """``actor.py``, imported on first use: it imports ``ray``."""
+    import aicenter.executors.ray.actor
 
-    return actor
+    return aicenter.executors.ray.actor
 
 
 def actor_name(plan: ReplicaPlan, run_dir: Path) -> str:
@@ -239,6 +240,7 @@ class RayExecutor:
             lifetime="detached",
             get_if_exists=True,
             max_restarts=0,
+            max_concurrency=8,  # status and stop calls while a launch or another stop waits
             num_cpus=plan.cpu_milli / 1000,
             resources=device_resources(node.resources, plan.devices),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
