@@ -121,6 +121,19 @@ class TestRayExecutor(ExecutorContract):
 
         await poll(released, "the actor to end and free the T4")
 
+    async def test_launch_is_idempotent_per_run_dir(self, executor: Executor, launch: object, root: Path) -> None:
+        handle = await launch("echo ready; exec sleep 600", node=WORKER)  # type: ignore[operator]
+        # The same plan again (a controller retrying): the same actor, by name, which adopts its launcher.
+        plan = _plan(root, "again", WORKER, "echo ready; exec sleep 600", job_id=1, run_dir=Path(handle.run_dir))
+        again = await executor.launch(plan)
+        assert (again.pid, again.start_time, again.extra["actor"]) == (
+            handle.pid,
+            handle.start_time,
+            handle.extra["actor"],
+        )
+        await self.wait_for_line(executor, handle, b"ready")
+        assert lines(await self.read_log(executor, handle)) == [b"ready"]
+
     async def test_nodes_show_the_clusters_nodes_with_accelerators_and_labels(self, executor: Executor) -> None:
         nodes = {n.name: n for n in await executor.nodes()}
         assert set(nodes) == {HEAD, WORKER, SPARE}
@@ -204,27 +217,47 @@ class TestRayExecutor(ExecutorContract):
     async def test_zz_a_dead_node_loses_its_replica_and_kills_its_command(
         self, executor: Executor, launch: object, cluster: RayCluster
     ) -> None:
-        """Last in the module: the spare node's raylet is killed (``kill -9``), as if its machine had gone."""
-        handle = await launch("echo ready; exec sleep 600", node=SPARE)  # type: ignore[operator]
-        await self.wait_for_line(executor, handle, b"ready")
-        assert self.command_alive(handle)
-        cluster.kill_raylet("127.0.0.4")
+        """Last in the module: the spare node's raylet is killed (``kill -9``), as if its machine had gone.
 
-        async def lost() -> object:
-            status = await executor.status(handle)
-            return status if status.state is ReplicaState.LOST else None
+        Replica ``a`` shows the anchor: its launcher survives the node here (on a real node it would die with
+        the machine) and kills the command. Replica ``b``'s launcher is frozen (SIGSTOP) until Ray declared the
+        node dead: it plays a launcher that died with its node, leaving no final record.
+        """
+        a = await launch("echo ready; exec sleep 600", node=SPARE)  # type: ignore[operator]
+        b = await launch("echo ready; exec sleep 600", node=SPARE)  # type: ignore[operator]
+        for handle in (a, b):
+            await self.wait_for_line(executor, handle, b"ready")
+        os.kill(b.pid, signal.SIGSTOP)
+        try:
+            cluster.kill_raylet("127.0.0.4")
 
-        status = await poll(lost, "the replica on the dead node to be lost", deadline_s=60.0)
-        assert status.reason == "node lost"
+            async def lost(handle: ReplicaHandle) -> object:
+                status = await executor.status(handle)
+                return status if status.state is ReplicaState.LOST else None
 
-        async def command_dead() -> bool:
-            return not self.command_alive(handle)
+            for handle in (a, b):
+                status = await poll(lambda h=handle: lost(h), "the replica on the dead node to be lost", 60.0)
+                assert status.reason == "node lost"
+            assert self.command_alive(b)  # its launcher, frozen, could not act
+        finally:
+            os.kill(b.pid, signal.SIGCONT)
 
-        await poll(command_dead, "the dead node's command to be killed by its launcher", deadline_s=30.0)
+        async def commands_dead() -> bool:
+            return not self.command_alive(a) and not self.command_alive(b)
+
+        await poll(commands_dead, "the dead node's commands to be killed by their launchers", deadline_s=30.0)
+
+        async def recorded() -> bool:
+            return all(_record(h)["state"] == "exited" for h in (a, b))
+
+        await poll(recorded, "the launchers' final records", deadline_s=30.0)
+        for handle in (a, b):  # each launcher saw its anchor, the actor, die with the node
+            record = _record(handle)
+            assert (record["exit_code"], record["reason"]) == (-9, "node lost")
 
         async def node_gone() -> bool:
             return SPARE not in {n.name for n in await executor.nodes()}
 
         await poll(node_gone, "Ray to declare the node dead", deadline_s=60.0)
-        assert (await executor.status(handle)).reason == "node lost"
-        await executor.stop(handle, grace_s=1.0)  # nothing left to stop: a no-op, no error
+        assert (await executor.status(a)).reason == "node lost"
+        await executor.stop(a, grace_s=1.0)  # nothing left to stop: a no-op, no error
