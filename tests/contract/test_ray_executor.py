@@ -28,6 +28,7 @@ from aicenter.executors import (
     ReplicaPlan,
     ReplicaState,
 )
+from aicenter.executors.local.sandboxing import SandboxMode, sandbox_support
 from aicenter.executors.ray import RayExecutor
 from aicenter.runtime.files import STATUS_FILE
 from tests.contract.executor_suite import ExecutorContract, lines, poll
@@ -79,15 +80,18 @@ def _plan(root: Path, name: str, node: str, command: str, **changes: object) -> 
     return ReplicaPlan(**fields)  # type: ignore[arg-type]
 
 
-class TestRayExecutor(ExecutorContract):
+class RayContract(ExecutorContract):
+    """The contract's hooks on the module's cluster."""
+
     node = HEAD
+    sandbox: SandboxMode = "off"
 
     @pytest.fixture(autouse=True)
     def _cluster(self, cluster: RayCluster) -> None:
         self.address = cluster.address
 
     def make_executor(self, root: Path) -> Executor:
-        return RayExecutor(root, address=self.address, launch_timeout_s=30.0)
+        return RayExecutor(root, address=self.address, launch_timeout_s=30.0, sandbox=self.sandbox)
 
     def kill_supervisor(self, handle: ReplicaHandle) -> None:
         os.kill(int(_record(handle)["launcher_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
@@ -95,6 +99,26 @@ class TestRayExecutor(ExecutorContract):
     def command_alive(self, handle: ReplicaHandle) -> bool:
         record = _record(handle)
         return _alive(record["child_pid"], record["child_start_time"])
+
+
+@pytest.mark.skipif(not sandbox_support().available, reason=f"no bwrap sandbox here: {sandbox_support().reason}")
+class TestSandboxedRayExecutor(RayContract):
+    """The contract with every replica in a bubblewrap sandbox on its node (the host's network: jobs span nodes)."""
+
+    node = WORKER
+    sandbox: SandboxMode = "bwrap"
+
+    @pytest.fixture
+    def root(self, tmp_path: Path) -> Path:
+        tmp_path.chmod(0o755)  # the job's own uid must look inside for gate files
+        return tmp_path
+
+    def base_env(self, root: Path) -> dict[str, str]:
+        return {"AICENTER_DATA_DIR": str(root)}
+
+
+class TestRayExecutor(RayContract):
+    """The contract unsandboxed, then what only the ray executor does; the node-death test is the module's last."""
 
     # -- ray only --------------------------------------------------------------------------------------------
 
