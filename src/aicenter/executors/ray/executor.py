@@ -223,7 +223,12 @@ class RayExecutor:
             LaunchFailed: Unknown or dead node, unusable run directory, or no start within ``launch_timeout_s``.
         """
         run_dir = self._run_dir(plan.run_dir)
-        return await asyncio.to_thread(self._launch, replace(plan, run_dir=run_dir))
+        try:
+            return await asyncio.to_thread(self._launch, replace(plan, run_dir=run_dir))
+        except LaunchFailed:
+            raise
+        except Exception as exc:  # Ray unreachable, refused the actor's options ...
+            raise LaunchFailed(f"Ray could not start the replica on {plan.node}: {exc}") from exc
 
     def _launch(self, plan: ReplicaPlan) -> ReplicaHandle:
         node = self._alive_node(plan.node) or self._alive_node(plan.node, max_age_s=0)
@@ -296,11 +301,22 @@ class RayExecutor:
         return exited_status(record)
 
     async def status(self, handle: ReplicaHandle) -> ReplicaStatus:
-        """Exited per the final record; else what the replica's actor sees; lost when the actor is gone."""
+        """Exited per the final record; else what the replica's actor sees; lost when the actor is gone.
+
+        While Ray cannot be reached the replica is reported running: if its node is really gone, its launcher
+        (anchored to the actor) records ``node lost`` on the shared jobs path, which is read first.
+        """
         final = self._final(self._record(handle))
-        if final is not None:
-            return final
-        return await asyncio.to_thread(self._status, handle)
+        if final is None:
+            try:
+                final = await asyncio.to_thread(self._status, handle)
+            except Exception as exc:
+                log.warning("cannot ask Ray about the replica in %s: %s", handle.run_dir, exc)
+                started = parse_stamp(self._record(handle).get("started_at"))
+                return ReplicaStatus(ReplicaState.RUNNING, started_at=started)
+        if final.state is not ReplicaState.RUNNING:
+            self._actors.pop(str(handle.extra.get("actor", "")), None)  # no more calls: forget its handle
+        return final
 
     def _status(self, handle: ReplicaHandle) -> ReplicaStatus:
         ray = self._connect()
@@ -355,7 +371,11 @@ class RayExecutor:
         task = _actor_module().stop_on_node.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         )
-        ray.get(task.remote(local, grace_s), timeout=timeout)
+        try:
+            ray.get(task.remote(local, grace_s), timeout=timeout)
+        except ray.exceptions.RayError as exc:
+            # The node died meanwhile (then the anchor ended the command) or Ray could not run the task there.
+            log.warning("could not stop the replica in %s on its node: %s", handle.run_dir, exc)
 
     # -- logs ------------------------------------------------------------------------------------------------
 
