@@ -108,7 +108,9 @@ class RayExecutor:
         launch_timeout_s: How long ``launch`` waits for the actor to be placed and its launcher to start.
         call_timeout_s: How long a status call to an actor may take before the replica is taken as still running
             (an actor whose node is dying answers no more until Ray declares the node dead).
-        nodes_cache_s: How long ``ray.nodes()`` is reused by ``status`` and ``launch``.
+        nodes_cache_s: How long ``launch`` and ``allocate_ports`` reuse ``ray.nodes()`` to find a node's id
+            (a missing name is looked up afresh). ``status`` of a running replica needs no node list; one whose
+            actor is gone asks afresh whether its node is dead (``node lost``) or alive (``launcher lost``).
         sandbox, sandbox_uid_base, pids_max, cgroups, cgroup_parent: The nodes' ``LocalExecutor`` settings.
 
     A process talks to one Ray cluster (``ray.init`` is process-wide): executors made later reuse the first
