@@ -20,8 +20,8 @@ Design (docs: the deployment guide's "Ray" section):
   ``launcher lost`` (the launcher was killed; the actor ended itself). ``stop`` goes through the actor; with the
   actor gone and the node alive, through a task pinned to the node (``num_cpus=0``), so orphans die.
 * Every Ray call blocks: it runs in a thread (``asyncio.to_thread``). ``ray.init`` happens once per process,
-  lazily, under a lock; ``ray.nodes()`` is cached for ``nodes_cache_s``, so a reconcile pass over many replicas
-  asks Ray once. Measured here (2 cores, one host): import and ``ray.init`` 0.7 s; a launch (actor placed and
+  lazily, under a lock; actor handles and ``ray.nodes()`` (for launches) are cached, so a reconcile pass costs one
+  actor call per running replica and none per ended one. Measured here (2 cores, one host): import and ``ray.init`` 0.7 s; a launch (actor placed and
   started, launcher up) 0.2-0.6 s; ``status`` of a running replica ~6 ms (one actor call), of an ended one
   0.2 ms (the record); ``ray.nodes()`` 5 ms.
 
