@@ -225,6 +225,38 @@ class TestLocalExecutor(ExecutorContract):
             bystander.kill()
             await bystander.wait()
 
+    async def test_an_anchored_replica_dies_with_its_anchor(self, root: Path) -> None:
+        """``anchor``: the launcher kills the command once the anchor process is gone (the Ray actor's death)."""
+        anchor = await asyncio.create_subprocess_exec("sleep", "600")
+        executor = LocalExecutor(
+            root, node_name=NODE, sandbox=self.sandbox, anchor=(anchor.pid, psutil.Process(anchor.pid).create_time())
+        )
+        plan = ReplicaPlan(
+            job_id=1,
+            task="worker",
+            replica=0,
+            attempt=0,
+            node=NODE,
+            command="echo ready; exec sleep 600",
+            env=self.base_env(root),
+            run_dir=root / "anchored",
+            workdir=root,
+        )
+        handle = await executor.launch(plan)
+        try:
+            await self.wait_for_line(executor, handle, b"ready")
+            assert (await executor.status(handle)).state is ReplicaState.RUNNING
+            anchor.kill()
+            await anchor.wait()
+            status = await self.wait_exited(executor, handle)
+            assert (status.exit_code, status.reason) == (-signal.SIGKILL, "node lost")
+            assert not self.command_alive(handle)
+        finally:
+            if anchor.returncode is None:
+                anchor.kill()
+                await anchor.wait()
+            await executor.stop(handle, grace_s=1.0)
+
     async def test_replica_survives_the_server_being_killed(self, root: Path) -> None:
         """A server process launches a replica and dies by SIGKILL; a new executor finds the replica running."""
         gate = root / "gate"

@@ -30,9 +30,15 @@ killed by signal n as exit code 128+n, which the launcher records as -n, like an
 
 A sandbox in its job's network namespace (``aicenter.runtime.netns``) comes with two inherited fds: a socket
 listening inside the namespace (``--api-fd``), which the launcher relays to the API (``aicenter.runtime.relay``)
-for as long as it runs, and a share of the namespace (``--netns-fd``). When the command has ended, the relay
+for as long as it runs, and a share of the namespace (``--netns-fd``), both kept by
+``aicenter.runtime.replica_network``. When the command has ended, the relay
 stops accepting and finishes its open connections, the share is dropped, and the namespace is removed if this
 was the last replica of the job on the node.
+
+``--anchor PID:START_TIME`` ties the replica to another process: a thread checks every ``ANCHOR_CHECK_S`` that it
+lives and, once it is gone, kills the command (group, sandbox, control group) and records reason ``node lost``.
+The ``ray`` executor anchors a replica to its actor: when the node dies, Ray kills the actor but not the detached
+launcher, whose command would run on unsupervised on devices given to others. Without it nothing changes.
 
 Start-up time is the job's latency (and, with 200 replicas starting at once on 2 cores, CPU the API and the
 controllers need): the executor runs it with ``python -S -E`` and this module imports only what the first
@@ -66,6 +72,7 @@ from aicenter.runtime.files import (
     utc_stamp,
     write_json_atomic,
 )
+from aicenter.runtime.replica_network import ReplicaNetwork
 
 __all__ = ["SECRET_VARIABLES", "child_env", "create_time", "launcher_env", "main"]
 
@@ -84,9 +91,9 @@ READ_CHUNK = 64 * 1024
 # After the command exited and its group was killed, the pipes close at once unless a process that left the
 # group (setsid) still holds them; the launcher does not wait longer than this for such a straggler.
 DRAIN_TIMEOUT_S = 10.0
-# The API relay's connections may be another replica's (the kernel spreads them over the job's relays): once the
-# command ended they get this long to finish before the launcher exits.
-RELAY_DRAIN_S = 10.0
+ANCHOR_CHECK_S = 0.5  # ``--anchor``: the command outlives its anchor by at most this
+START_TIME_TOLERANCE_S = 0.05  # clock ticks are 1/100 s: the executors compare start times so too
+ANCHOR_LOST_REASON = "node lost"
 
 
 def _log(level: str, message: str) -> None:
@@ -246,10 +253,13 @@ class _Supervisor:
         *,
         api_fd: int | None = None,
         netns_fd: int | None = None,
+        anchor: tuple[int, float] | None = None,
     ) -> None:
         self.plan = plan
+        self.anchor = anchor
+        self.anchor_lost = False
         self.run_dir = run_dir
-        self.network = _Network(plan, api_fd, netns_fd)
+        self.network = ReplicaNetwork(plan.sandbox, api_fd, netns_fd, log=_log)
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None
         self.kill_requested = False
@@ -328,6 +338,16 @@ class _Supervisor:
                 _log("WARNING", f"memory {rss} bytes over the limit of {limit} bytes: killing the process group")
                 self.oom = True
                 _kill_group(pid, signal.SIGKILL)
+                return
+
+    def _watch_anchor(self, child: int, pid: int, start_time: float) -> None:
+        """Kill the command's group (the sandbox's too) once the anchor is gone (module docstring: ``--anchor``);
+        what left the group (setsid) dies with the control group after the wait, as after any exit."""
+        while not self.finished.wait(ANCHOR_CHECK_S):
+            if abs((create_time(pid) or 0.0) - start_time) > START_TIME_TOLERANCE_S:
+                _log("WARNING", f"anchor process {pid} is gone: killing the command")
+                self.anchor_lost = True
+                _kill_group(child, signal.SIGKILL)
                 return
 
     def _make_group(self) -> None:
@@ -413,6 +433,8 @@ class _Supervisor:
 
         if plan.memory_bytes > 0 and group is None:  # with a group, the kernel enforces it
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
+        if self.anchor is not None:
+            threading.Thread(target=self._watch_anchor, args=(child.pid, *self.anchor), daemon=True).start()
 
         exit_code = child.wait()
         if plan.sandbox is not None and 128 < exit_code <= 128 + 64:
@@ -428,8 +450,10 @@ class _Supervisor:
         output.close()
         self.release_group()
 
-        if self.oom:
-            reason: str | None = "oom"
+        if self.anchor_lost:
+            reason: str | None = ANCHOR_LOST_REASON
+        elif self.oom:
+            reason = "oom"
         elif self.stop_signal is not None:
             reason = "stopped"
         elif exit_code < 0:
@@ -441,62 +465,6 @@ class _Supervisor:
         return 0
 
 
-class _Network:
-    """The replica's API relay and its share of the job's network namespace (both absent without one)."""
-
-    def __init__(self, plan: LauncherPlan, api_fd: int | None, netns_fd: int | None) -> None:
-        sandbox = plan.sandbox or {}
-        upstream = sandbox.get("api_upstream")
-        self.upstream = None if not upstream else (str(upstream[0]), int(upstream[1]))
-        self.netns: str | None = sandbox.get("netns")
-        self.api_fd = api_fd
-        self.netns_fd = netns_fd
-        self.relay: Any = None
-        self.serving = False
-        self.ready = threading.Event()
-
-    def start(self) -> None:
-        """Serve the relay in a thread, which also pays for its imports (socket: ~2 ms), off the launch path."""
-        if self.api_fd is not None and self.upstream is not None:
-            self.serving = True
-            threading.Thread(target=self._serve, name="relay", daemon=True).start()
-
-    def _serve(self) -> None:
-        from aicenter.runtime.relay import Relay
-
-        assert self.api_fd is not None
-        assert self.upstream is not None
-        try:
-            self.relay = Relay(self.api_fd, self.upstream)
-        finally:
-            self.ready.set()
-        self.relay.serve()
-
-    def close(self) -> None:
-        """Stop the relay, drop this replica's share of the namespace, and remove it if nobody else holds it."""
-        if self.api_fd is not None:
-            if self.serving and self.ready.wait(DRAIN_TIMEOUT_S) and self.relay is not None:
-                if not self.relay.close(RELAY_DRAIN_S):
-                    _log("WARNING", f"API relay connections still open after {RELAY_DRAIN_S:g} s; cutting them")
-            else:
-                with contextlib.suppress(OSError):
-                    os.close(self.api_fd)
-            self.api_fd = None
-        if self.netns_fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.close(self.netns_fd)
-        self.netns_fd = None
-        if self.netns:
-            from aicenter.runtime import netns  # only at the end: it imports ctypes
-
-            try:
-                if netns.release(os.path.basename(self.netns)):
-                    _log("INFO", f"removed the job's network namespace {self.netns}")
-            except OSError as exc:  # a later launch or sweep removes it
-                _log("WARNING", f"cannot remove the network namespace {self.netns}: {exc}")
-
-
 def _detach() -> None:
     """Fork and let the parent exit, so the launcher is never a child of the server (no zombie to reap)."""
     if os.fork() > 0:
@@ -506,13 +474,13 @@ def _detach() -> None:
 
 USAGE = (
     "usage: python -m aicenter.runtime.launcher [--detach] [--ready-fd FD] [--api-fd FD] [--netns-fd FD] "
-    "RUN_DIR/plan.json"
+    "[--anchor PID:START_TIME] RUN_DIR/plan.json"
 )
 _FD_OPTIONS = ("--ready-fd", "--api-fd", "--netns-fd")
 
 
-def _parse(args: list[str]) -> tuple[bool, dict[str, int], list[str]] | None:
-    detach, fds, rest = False, {}, []
+def _parse(args: list[str]) -> tuple[bool, dict[str, int], tuple[int, float] | None, list[str]] | None:
+    detach, fds, anchor, rest = False, {}, None, []
     it = iter(args)
     for arg in it:
         if arg == "--detach":
@@ -522,9 +490,15 @@ def _parse(args: list[str]) -> tuple[bool, dict[str, int], list[str]] | None:
                 fds[arg] = int(next(it))
             except (StopIteration, ValueError):
                 return None
+        elif arg == "--anchor":
+            pid, _, start = next(it, "").partition(":")
+            try:
+                anchor = (int(pid), float(start))
+            except ValueError:
+                return None
         else:
             rest.append(arg)
-    return detach, fds, rest
+    return detach, fds, anchor, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -534,12 +508,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     closed) once ``status.json`` holds the first record, so ``launch`` returns without polling.
     ``--api-fd``, ``--netns-fd``: the API socket inside the job's network namespace and the share of that
     namespace (``aicenter.runtime.netns.HeldNetns``), inherited from the executor.
+    ``--anchor PID:START_TIME``: kill the command when that process is gone (module docstring).
     """
     parsed = _parse(list(sys.argv[1:] if argv is None else argv))
-    if parsed is None or len(parsed[2]) != 1:
+    if parsed is None or len(parsed[3]) != 1:
         print(USAGE, file=sys.stderr)
         return 2
-    detach, fds, (plan_arg,) = parsed
+    detach, fds, anchor, (plan_arg,) = parsed
     plan_path = Path(plan_arg).absolute()
     if detach:
         _detach()
@@ -564,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fds.get("--ready-fd"),
         api_fd=fds.get("--api-fd"),
         netns_fd=fds.get("--netns-fd"),
+        anchor=anchor,
     )
     _drop_secrets(plan_path, data)
     signal.signal(signal.SIGTERM, supervisor.on_signal)

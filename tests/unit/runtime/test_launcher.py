@@ -86,6 +86,7 @@ def test_stamps_parse_back() -> None:
 def test_main_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main([]) == 2
     assert main([str(tmp_path / "missing.json")]) == 2
+    assert main(["--anchor", "not-a-pid", str(tmp_path / "plan.json")]) == 2
 
 
 def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: Path) -> None:

@@ -125,6 +125,8 @@ class LocalExecutor:
         cgroups: Enforce each replica's limits in its own control group where the host allows
             (``aicenter.runtime.cgroups``); False: the launcher's memory watchdog only.
         cgroup_parent: The control group that holds the replicas' groups; "" for the default.
+        anchor: ``(pid, start_time)`` of a process the replicas live no longer than: their launchers kill the
+            command when it is gone (``--anchor``; the ``ray`` executor's actor passes itself). None: no anchor.
     """
 
     name = "local"
@@ -142,6 +144,7 @@ class LocalExecutor:
         pids_max: int = 4096,
         cgroups: bool = True,
         cgroup_parent: str = "",
+        anchor: tuple[int, float] | None = None,
     ) -> None:
         self.root = root
         self.node_name = node_name or _default_node_name()
@@ -153,6 +156,7 @@ class LocalExecutor:
         self.pids_max = pids_max
         self.cgroups = cgroups
         self.cgroup_parent = cgroup_parent
+        self.anchor = anchor
         self._recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS)
 
     def _sandbox_of(
@@ -263,6 +267,7 @@ class LocalExecutor:
             held_args += ["--netns-fd", str(held.hold_fd)]
             if held.api_socket is not None:
                 held_args += ["--api-fd", str(held.api_socket.fileno())]
+        anchor_args = [] if self.anchor is None else ["--anchor", f"{self.anchor[0]}:{self.anchor[1]!r}"]
         try:
             with log_file:
                 # The launcher forks away from this short-lived intermediate (--detach): it is never our child,
@@ -273,6 +278,7 @@ class LocalExecutor:
                     "--ready-fd",
                     str(ready_w),
                     *held_args,
+                    *anchor_args,
                     str(run_dir / PLAN_FILE),
                     stdin=asyncio.subprocess.DEVNULL,
                     env=launcher_env(dict(os.environ)),
