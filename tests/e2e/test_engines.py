@@ -4,9 +4,10 @@ For each engine: a 3-node cluster on this host (tests/support/slurm.py, tests/su
 ``aicenter up --executor <engine>``, whose inventory shows the engine's nodes; alice pushes a DDP script and
 submits a 2-replica PyTorch job whose replicas each need a whole node's CPUs, so they land on two different nodes.
 After the first checkpoints the test kills the node of one replica the way the engine sees a node die (Slurm: the
-node set DOWN; Ray: ``kill -9`` of its raylet). The executor reports the replica's node lost, the inventory marks
-the node not ready, the retry policy restarts the gang on the two remaining nodes, and training resumes from the
-checkpoint (the step counter continues) and succeeds.
+node's slurmd and job processes killed and the node set DOWN, as slurmctld does once it stops answering; Ray:
+``kill -9`` of its raylet). The executor reports the replica's node lost, the inventory marks the node not ready,
+the retry policy restarts the gang on the two remaining nodes, and training resumes from the checkpoint (the step
+counter continues) and succeeds.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def slurm_engine(tmp_path: Path) -> Iterator[Engine]:
     with SlurmCluster(tmp_path / "slurm", nodes=nodes, partition="aicenter") as cluster:
 
         def kill(node: dict[str, Any]) -> None:
-            cluster.run("scontrol", "update", f"nodename={node['name']}", "state=down", "reason=e2e-node-killed")
+            cluster.kill_node(node["name"])
 
         yield Engine(
             "slurm",
@@ -156,7 +157,7 @@ def ray_engine(tmp_path: Path) -> Iterator[Engine]:
         pytest.skip(reason)
     head = RayNodeSpec("127.0.0.2", cpus=2, labels={"aicenter.io/node": "head"})
     nodes = [head, RayNodeSpec("127.0.0.3", cpus=2), RayNodeSpec("127.0.0.4", cpus=2)]
-    with RayCluster(tmp_path / "ray", nodes=nodes) as cluster:
+    with RayCluster(nodes=nodes) as cluster:  # its own short temp dir: Ray's socket paths must stay short
 
         def kill(node: dict[str, Any]) -> None:
             cluster.kill_raylet(node["address"])  # kill -9: the node dies as a crashed host does

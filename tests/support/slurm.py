@@ -13,6 +13,7 @@ says whether they are there so that tests can skip with a reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 __all__ = ["DEFAULT_NODES", "NodeSpec", "SlurmCluster", "slurm_available"]
 
@@ -63,6 +66,13 @@ def slurm_available() -> str | None:
     if os.geteuid() != 0:
         return "the Slurm test cluster runs its daemons as root"
     return None
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return list(proc.children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def free_port() -> int:
@@ -248,6 +258,27 @@ class SlurmCluster:
         result = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False)
         states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
         return result.returncode == 0 and all(states.get(n.name) in ("idle", "mix", "alloc") for n in self.nodes)
+
+    def kill_node(self, name: str) -> None:
+        """Kill node ``name`` as a crashed host dies: its slurmd and every process of the jobs on it (their
+        slurmstepd and all they started) get SIGKILL, then the node is set DOWN, as slurmctld does once the node
+        missed ``SlurmdTimeout`` (minutes by default); without its slurmd it cannot come back by itself."""
+        jobs = self.run("squeue", "-h", "-w", name, "-o", "%A", check=False).stdout.split()
+        for proc in self.procs:
+            if proc.args[-4:-2] == ["-N", name] and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        steps = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if any(f"[{job}." in " ".join(p.info["cmdline"] or []) for job in jobs)
+        ]
+        doomed = [*steps, *(child for step in steps for child in _children(step))]
+        for proc in doomed:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(doomed, timeout=10)
+        self.run("scontrol", "update", f"nodename={name}", "state=down", "reason=killed-by-test")
 
     def _queue_empty(self) -> bool:
         result = self.run("squeue", "-h", check=False)
