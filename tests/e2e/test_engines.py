@@ -3,7 +3,8 @@
 For each engine: a 3-node cluster on this host (tests/support/slurm.py, tests/support/ray.py), a real
 ``aicenter up --executor <engine>``, whose inventory shows the engine's nodes; alice pushes a DDP script and
 submits a 2-replica PyTorch job whose replicas each need a whole node's CPUs, so they land on two different nodes.
-After the first checkpoints the test kills the node of one replica the way the engine sees a node die (Slurm: the
+While they train, the server is killed with ``kill -9`` and started again: it adopts the running replicas (no
+restart). Then the test kills the node of one replica the way the engine sees a node die (Slurm: the
 node's slurmd and job processes killed and the node set DOWN, as slurmctld does once it stops answering; Ray:
 ``kill -9`` of its raylet). The executor reports the replica's node lost, the inventory marks the node not ready,
 the retry policy restarts the gang on the two remaining nodes, and training resumes from the checkpoint (the step
@@ -228,6 +229,17 @@ def run_ddp_across_nodes_with_a_node_killed(engine: Engine, tmp_path: Path) -> N
         first = {r["index"]: r["node_name"] for r in job["replicas"] if r["attempt"] == 0}
         assert len(set(first.values())) == 2, f"the replicas share a node: {first}"
         assert f"checkpoint at step {HOLD_AT}" in _replica_log(alice, job_id, 0, 0)
+
+        # kill -9 of the server: the replicas keep running on the engine, and the restarted server adopts them.
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait(timeout=30)
+        server.proc = None
+        server = Server(server.home, port=server.port, env=env).start()
+        adopted: dict[str, Any] = alice.json("job", "get", str(job_id))
+        assert adopted["status"] == "running", adopted
+        assert adopted["restart_count"] == 0
+        assert {r["index"]: r["node_name"] for r in adopted["replicas"]} == first
         victim = first[1] if first[1] not in engine.keep else first[0]
         engine.kill_node(next(n for n in nodes if n["name"] == victim))
 
