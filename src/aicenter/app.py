@@ -95,6 +95,8 @@ def build_executors(settings: Settings) -> dict[str, Executor]:
             slurm_conf=settings.slurm_conf or None,
             bin_dir=settings.slurm_bin_dir or None,
             python=settings.engine_python or None,
+            port_range=settings.slurm_port_range,
+            jobcomp_file=settings.slurm_jobcomp_file or None,
             **sandbox,
         )
     return executors

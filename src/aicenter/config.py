@@ -227,6 +227,17 @@ class Settings(BaseSettings):
         default="", description="The Slurm partition the platform owns (executor slurm); its nodes are ours."
     )
     slurm_conf: str = Field(default="", description="SLURM_CONF for the Slurm commands; empty: Slurm's default.")
+    slurm_port_range: str = Field(
+        default="20000-29999",
+        pattern=r"^\d{1,5}-\d{1,5}$",
+        description="Ports handed to replicas on Slurm nodes other than this host (rendezvous, MASTER_PORT), "
+        "cycled per node; the site keeps this range free on its nodes. On this host ports are probed instead.",
+    )
+    slurm_jobcomp_file: str = Field(
+        default="",
+        description="Slurm's jobcomp/filetxt file, read to tell how a job that left the queue ended when the "
+        "cluster has no accounting (sacct); empty: none.",
+    )
     slurm_bin_dir: str = Field(
         default="", description="Where sbatch, squeue, sacct, scancel, scontrol and srun are; empty: the PATH."
     )

@@ -55,14 +55,13 @@ from aicenter.executors.slurm.inventory import SlurmNode, parse_nodes
 from aicenter.runtime.files import LAUNCHER_LOG, PLAN_FILE, STATUS_FILE, parse_stamp, read_json, write_json_atomic
 from aicenter.runtime.launcher import launcher_env
 
-__all__ = ["JOB_FILE", "PORT_RANGE_VARIABLE", "QUEUE_TTL_S", "SlurmExecutor"]
+__all__ = ["JOB_FILE", "QUEUE_TTL_S", "SlurmExecutor"]
 
 log = logging.getLogger(__name__)
 
 JOB_FILE = "slurm.json"
 """In the run directory: the Slurm job id of the replica, written right after ``sbatch`` (a retried launch
 waits for that job instead of submitting a second one)."""
-PORT_RANGE_VARIABLE = "AICENTER_SLURM_PORT_RANGE"
 QUEUE_TTL_S = 0.5
 NODES_TTL_S = 0.5
 _POLL_S = 0.05
@@ -88,7 +87,7 @@ def _port_range(text: str) -> tuple[int, int]:
     low, _, high = text.partition("-")
     first, last = int(low), int(high or low)
     if not 0 < first <= last < 65536:
-        raise ValueError(f"{PORT_RANGE_VARIABLE}={text!r} is not a port range like 20000-29999")
+        raise ValueError(f"the Slurm port range {text!r} is not FIRST-LAST like 20000-29999")
     return first, last
 
 
@@ -116,7 +115,7 @@ class SlurmExecutor:
             ``scontrol show config`` names an accounting storage.
         jobcomp_file: A ``jobcomp/filetxt`` file to read instead when there is no accounting; None: none.
         port_range: ``FIRST-LAST``, the ports ``allocate_ports`` hands out on nodes other than this host;
-            defaults to ``AICENTER_SLURM_PORT_RANGE`` or ``20000-29999``.
+            default ``20000-29999`` (the server's setting ``AICENTER_SLURM_PORT_RANGE``).
     """
 
     name = "slurm"
@@ -151,7 +150,7 @@ class SlurmExecutor:
         self.cgroup_parent = cgroup_parent
         self.accounting = accounting
         self.jobcomp_file = None if jobcomp_file is None else Path(jobcomp_file)
-        self.port_range = _port_range(port_range or os.environ.get(PORT_RANGE_VARIABLE) or "20000-29999")
+        self.port_range = _port_range(port_range or "20000-29999")
         self._env = dict(os.environ)
         if slurm_conf is not None:
             self._env["SLURM_CONF"] = str(slurm_conf)
