@@ -177,6 +177,8 @@ def create_app(
         finally:
             for controller in controllers:
                 await controller.stop()
+            for executor in ctx.executors.values():
+                await executor.close()
             await db.dispose()
 
     app = FastAPI(

@@ -13,11 +13,12 @@ import os
 import signal
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
 import pytest
+import pytest_asyncio
 
 from aicenter.executors import (
     ACCELERATOR_LABEL,
@@ -41,10 +42,13 @@ WORKER = "ray-127-0-0-3"  # 1 aicenter/nvidia-t4, rack r2, leaf l1
 SPARE = "spare"  # 127.0.0.4, named by its aicenter.io/node label; killed by the last test
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RayCluster]:
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def cluster() -> AsyncIterator[RayCluster]:
     with RayCluster() as cluster:
         yield cluster
+        # Disconnect before the cluster stops: a Ray driver left connected to a stopped cluster waits for it
+        # (the executor sets no limit, so that a server outlives a restarting head) and would hold this process.
+        await RayExecutor(address=cluster.address).close()
 
 
 def _record(handle: ReplicaHandle) -> dict[str, object]:

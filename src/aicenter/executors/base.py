@@ -249,3 +249,7 @@ class Executor(Protocol):
     async def nodes(self) -> list[HostInfo]:
         """The hosts this executor can run replicas on."""
         ...
+
+    async def close(self) -> None:
+        """Let go of the engine (its connection); the server calls it once at shutdown. Replicas keep running."""
+        ...

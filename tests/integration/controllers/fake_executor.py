@@ -61,6 +61,9 @@ class FakeExecutor:
     async def nodes(self) -> list[HostInfo]:
         return []
 
+    async def close(self) -> None:
+        return None
+
     def exit(self, run_dir: str, code: int, reason: str | None = None) -> None:
         """The replica in ``run_dir`` ends with ``code``."""
         current = self.states[run_dir]

@@ -440,6 +440,9 @@ class LocalExecutor:
         host = await asyncio.to_thread(detect_host)
         return [replace(host, name=self.node_name)]
 
+    async def close(self) -> None:
+        """Nothing to let go of: replicas are files and processes on this host."""
+
 
 async def _readable(fd: int, timeout_s: float) -> None:
     """Wait until ``fd`` has data or EOF, or ``timeout_s`` passed (the caller then reads the status record)."""

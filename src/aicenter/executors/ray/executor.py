@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -69,6 +70,7 @@ _START_TIME_TOLERANCE_S = 0.05
 _RECENT_PORTS = 4096
 # One connection per process: ray.init is process-global.
 _connect_lock = threading.Lock()
+GCS_RECONNECT_TIMEOUT_S = 10 * 365 * 24 * 3600
 
 
 def _no_sigterm_warning(record: logging.LogRecord) -> bool:
@@ -166,6 +168,10 @@ class RayExecutor:
         with _connect_lock:
             if ray.is_initialized():
                 return ray
+            # A Ray driver ends its whole process once the head (GCS) has been unreachable for 60 s: that process is
+            # the API server here, which must outlive a restarting Ray head (calls fail meanwhile; replicas are
+            # reported running until the head answers again). An operator's own value is kept.
+            os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(GCS_RECONNECT_TIMEOUT_S))
             if self.auth_mode is not None:
                 os.environ["RAY_AUTH_MODE"] = self.auth_mode
             if self.auth_token is not None:
@@ -183,6 +189,21 @@ class RayExecutor:
                 include_dashboard=False if self.address is None else None,
             )
         return ray
+
+    async def close(self) -> None:
+        """Disconnect this process from the Ray cluster (``ray.shutdown``); the replicas' actors are detached and
+        keep running. Also what a test does before stopping its cluster: a driver left connected to a stopped
+        cluster waits for it forever."""
+
+        def shutdown() -> None:
+            if "ray" not in sys.modules:  # never connected: do not pay ray's import for nothing
+                return
+            ray = _ray()
+            with _connect_lock:
+                if ray.is_initialized():
+                    ray.shutdown()
+
+        await asyncio.to_thread(shutdown)
 
     def _ray_nodes(self, max_age_s: float | None = None) -> list[RayNode]:
         """``ray.nodes()`` mapped, at most ``max_age_s`` old (default ``nodes_cache_s``)."""

@@ -557,3 +557,6 @@ class SlurmExecutor:
             for name, n in nodes.items()
             if n.up and (not self.partition or self.partition in n.partitions)
         ]
+
+    async def close(self) -> None:
+        """Nothing to let go of: every call is a Slurm command of its own."""
