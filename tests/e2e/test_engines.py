@@ -14,6 +14,7 @@ counter continues) and succeeds.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
@@ -135,7 +137,9 @@ class Engine:
 def slurm_engine(tmp_path: Path) -> Iterator[Engine]:
     if (reason := slurm_available()) is not None:
         pytest.skip(reason)
-    nodes = [NodeSpec(f"e2e{i}", cpus=2, memory_mib=2048) for i in (1, 2, 3)]
+    nodes = [
+        NodeSpec(f"e2e{i}", cpus=2, memory_mib=2048, gpus=(("a100", 1),), features=(f"rack_r{i}",)) for i in (1, 2, 3)
+    ]
     with SlurmCluster(tmp_path / "slurm", nodes=nodes, partition="aicenter") as cluster:
 
         def kill(node: dict[str, Any]) -> None:
@@ -156,8 +160,12 @@ def slurm_engine(tmp_path: Path) -> Iterator[Engine]:
 def ray_engine(tmp_path: Path) -> Iterator[Engine]:
     if (reason := ray_available()) is not None:
         pytest.skip(reason)
-    head = RayNodeSpec("127.0.0.2", cpus=2, labels={"aicenter.io/node": "head"})
-    nodes = [head, RayNodeSpec("127.0.0.3", cpus=2), RayNodeSpec("127.0.0.4", cpus=2)]
+    a100 = {"aicenter/nvidia-a100": 1}
+    nodes = [
+        RayNodeSpec("127.0.0.2", cpus=2, resources=a100, labels={"aicenter.io/node": "head", "rack": "r1"}),
+        RayNodeSpec("127.0.0.3", cpus=2, resources=a100, labels={"rack": "r2"}),
+        RayNodeSpec("127.0.0.4", cpus=2, resources=a100, labels={"rack": "r3"}),
+    ]
     with RayCluster(nodes=nodes) as cluster:  # its own short temp dir: Ray's socket paths must stay short
 
         def kill(node: dict[str, Any]) -> None:
@@ -180,6 +188,26 @@ def _wait(what: str, check: Callable[[], Any], server: Server, deadline_s: float
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}:\n{server.log()[-4000:]}")
         time.sleep(0.5)  # polling interval, not synchronization: the loop exits on what it reads
+
+
+def _console_nodes(server: Server) -> dict[str, tuple[str, str]]:
+    """The console's nodes page, signed in as the admin: each node's engine and accelerators."""
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        form = browser.get("/login")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        signed_in = browser.post(
+            "/login", data={"username": "admin", "password": ADMIN_PASSWORD, "csrf_token": csrf[1], "next": "/nodes"}
+        )
+        assert signed_in.status_code in (200, 303), signed_in.text
+        page = browser.get("/nodes")
+        assert page.status_code == 200
+    rows = re.findall(
+        r'data-node-name="([^"]+)".*?data-testid="node-executor">([^<]+)<.*?<span class="badge">([^<]+)</span>',
+        page.text,
+        flags=re.S,
+    )
+    return {name: (engine, accelerators) for name, engine, accelerators in rows}
 
 
 def _replica_log(cli: Cli, job_id: int, index: int, attempt: int) -> str:
@@ -205,6 +233,10 @@ def run_ddp_across_nodes_with_a_node_killed(engine: Engine, tmp_path: Path) -> N
 
         nodes = _wait(f"the {engine.name} nodes in the inventory", engine_nodes, server)
         assert all(n["labels"]["aicenter.io/executor"] == engine.name for n in nodes)
+        # Their accelerators (one fake A100 each) and their racks (Slurm features, Ray labels) as the engine says.
+        assert [[a["type"] for a in n["accelerators"]] for n in nodes] == [["nvidia-a100"]] * 3
+        assert sorted(n["rack"] for n in nodes) == ["r1", "r2", "r3"]
+        assert _console_nodes(server) == {n["name"]: (engine.name, "1 \u00d7 nvidia-a100") for n in nodes}
 
         admin.run("user", "create", "alice", "--password-stdin", stdin="alice-Passw0rd-1\n")
         admin.run("workspace", "create", "ml")
