@@ -161,10 +161,11 @@ def ray_engine(tmp_path: Path) -> Iterator[Engine]:
     if (reason := ray_available()) is not None:
         pytest.skip(reason)
     a100 = {"aicenter/nvidia-a100": 1}
+    # Loopback addresses of their own: the executor contract's cluster (127.0.0.2-4) may run at the same time.
     nodes = [
-        RayNodeSpec("127.0.0.2", cpus=2, resources=a100, labels={"aicenter.io/node": "head", "rack": "r1"}),
-        RayNodeSpec("127.0.0.3", cpus=2, resources=a100, labels={"rack": "r2"}),
-        RayNodeSpec("127.0.0.4", cpus=2, resources=a100, labels={"rack": "r3"}),
+        RayNodeSpec("127.0.0.5", cpus=2, resources=a100, labels={"aicenter.io/node": "head", "rack": "r1"}),
+        RayNodeSpec("127.0.0.6", cpus=2, resources=a100, labels={"rack": "r2"}),
+        RayNodeSpec("127.0.0.7", cpus=2, resources=a100, labels={"rack": "r3"}),
     ]
     with RayCluster(nodes=nodes) as cluster:  # its own short temp dir: Ray's socket paths must stay short
 

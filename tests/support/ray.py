@@ -142,7 +142,10 @@ class RayCluster:
         # 80 MB of object store (Ray's minimum is 75 MB) rather than 30 % of the memory in /dev/shm per node.
         argv += ["--disable-usage-stats", f"--temp-dir={self.dir / 'tmp'}", "--object-store-memory=80000000"]
         if head:
+            # Every port a head would take at a fixed default is chosen free: clusters of other tests or sessions
+            # on this host (even on other loopback addresses) must not collide (the client server's 10001).
             argv += ["--head", f"--port={self.port}", "--include-dashboard=false"]
+            argv += [f"--ray-client-server-port={free_port()}"]
         else:
             argv += [f"--address={self.address}"]
         if spec.resources:
