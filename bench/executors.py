@@ -284,6 +284,10 @@ def main() -> None:
     parser.add_argument("--no-node-loss", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="aicenter-bench-executors-"))
+    # Ray's driver prints its workers' warnings on fd 1: send them to stderr, so that stdout holds the JSON only.
+    sys.stdout.flush()
+    stdout = os.dup(1)
+    os.dup2(2, 1)
     report: dict[str, Any] = {
         "benchmark": "executors",
         "machine": {"cores": os.cpu_count()},
@@ -307,6 +311,9 @@ def main() -> None:
                 report[name] = {"error": f"{exc} {detail}".strip()[-4000:]}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        sys.stdout.flush()
+        os.dup2(stdout, 1)
+        os.close(stdout)
     print(json.dumps(report, indent=2))
 
 
