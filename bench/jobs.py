@@ -86,9 +86,10 @@ def _summary(latencies_s: list[float]) -> dict[str, Any]:
 
 
 class Aicenter:
-    def __init__(self, work: Path, sandbox: str = "off") -> None:
+    def __init__(self, work: Path, sandbox: str = "off", env: dict[str, str] | None = None) -> None:
         self.home = work / f"home-{sandbox}"
         self.sandbox = sandbox
+        self.extra_env = env or {}  # more AICENTER_* settings (bench/executors.py: the engine executors)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,6 +100,7 @@ class Aicenter:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AICENTER_")}
         env["AICENTER_ADMIN_PASSWORD"] = ADMIN_PASSWORD
         env["AICENTER_SANDBOX"] = self.sandbox
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [str(exe), "up", "--home", str(self.home), "--port", str(self.port)],
             env=env,
@@ -200,9 +202,14 @@ class Slurm(SlurmCluster):
         )
 
     def sbatch(self, out: Path) -> float:
-        started = time.time()
-        self.run("sbatch", "--quiet", "--wrap", "echo hello", "-o", str(out), "-c", "1")
-        return started
+        return sbatch(self, out)
+
+
+def sbatch(cluster: SlurmCluster, out: Path) -> float:
+    """Submit ``echo hello`` writing to ``out``; returns when sbatch was started (epoch seconds)."""
+    started = time.time()
+    cluster.run("sbatch", "--quiet", "--wrap", "echo hello", "-o", str(out), "-c", "1")
+    return started
 
 
 def _has_line(path: Path) -> bool:
@@ -216,33 +223,37 @@ def run_slurm(work: Path, sequential: int, concurrent: int) -> dict[str, Any]:
     slurm = Slurm(work)
     try:
         slurm.start()
-        outs = work / "slurm-out"
-        outs.mkdir()
-        seq = []
-        for i in range(-1, sequential):  # -1: warm-up
-            path = outs / f"seq-{i}.out"
-            started = slurm.sbatch(path)
-            wait_for(lambda p=path: _has_line(p), f"sbatch output {path}", TIMEOUT_S)
-            seen = time.time()
-            if i >= 0:
-                seq.append(seen - started)
-        paths = [outs / f"conc-{i}.out" for i in range(concurrent)]
-        with ThreadPoolExecutor(max_workers=32) as pool:
-            starts = list(pool.map(slurm.sbatch, paths))
-        seen_at: dict[int, float] = {}
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(seen_at) < concurrent and time.monotonic() < deadline:
-            for i, path in enumerate(paths):
-                if i not in seen_at and _has_line(path):
-                    seen_at[i] = time.time()
-            time.sleep(POLL_S)
-        conc = [seen_at[i] - starts[i] for i in sorted(seen_at)]
-        result = {"sequential": _summary(seq), "concurrent": _summary(conc)}
-        if len(seen_at) < concurrent:
-            result["concurrent"]["missing"] = concurrent - len(seen_at)
-        return result
+        return sbatch_runs(slurm, work / "slurm-out", sequential, concurrent)
     finally:
         slurm.stop()
+
+
+def sbatch_runs(slurm: SlurmCluster, outs: Path, sequential: int, concurrent: int) -> dict[str, Any]:
+    """A warm-up, ``sequential`` sbatch jobs one after the other, then ``concurrent`` at once (on ``slurm``)."""
+    outs.mkdir()
+    seq = []
+    for i in range(-1, sequential):  # -1: warm-up
+        path = outs / f"seq-{i}.out"
+        started = sbatch(slurm, path)
+        wait_for(lambda p=path: _has_line(p), f"sbatch output {path}", TIMEOUT_S)
+        seen = time.time()
+        if i >= 0:
+            seq.append(seen - started)
+    paths = [outs / f"conc-{i}.out" for i in range(concurrent)]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        starts = list(pool.map(lambda p: sbatch(slurm, p), paths))
+    seen_at: dict[int, float] = {}
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(seen_at) < concurrent and time.monotonic() < deadline:
+        for i, path in enumerate(paths):
+            if i not in seen_at and _has_line(path):
+                seen_at[i] = time.time()
+        time.sleep(POLL_S)
+    conc = [seen_at[i] - starts[i] for i in sorted(seen_at)]
+    result = {"sequential": _summary(seq), "concurrent": _summary(conc)}
+    if len(seen_at) < concurrent:
+        result["concurrent"]["missing"] = concurrent - len(seen_at)
+    return result
 
 
 # -- main -------------------------------------------------------------------------------------------------------

@@ -19,7 +19,10 @@ Design (docs: the deployment guide's "Ray" section):
   launcher lives); with the actor gone, ``LOST``: ``node lost`` when Ray says the node is dead, else
   ``launcher lost`` (the launcher was killed; the actor ended itself). ``stop`` goes through the actor; with the
   actor gone and the node alive, through a task pinned to the node (``num_cpus=0``), so orphans die.
-* Every Ray call blocks: it runs in a thread (``asyncio.to_thread``). ``ray.init`` happens once per process,
+* Every Ray call blocks: it runs in one of the executor's own threads (up to ``BLOCKING_THREADS``), not in
+  asyncio's default pool (min(32, cores + 4) threads): a launch blocks until its actor and launcher are up
+  (0.2-2 s), so 50 launches at once queued there in waves of 6 on 2 cores (bench/executors.py) and starved
+  the server's other ``to_thread`` work (log reads, file writes). ``ray.init`` happens once per process,
   lazily, under a lock; actor handles and ``ray.nodes()`` (for launches) are cached, so a reconcile pass costs one
   actor call per running replica and none per ended one. Measured here (2 cores, one host): import and
   ``ray.init`` 0.7 s; a launch (actor placed and started, launcher up) 0.2-0.6 s; ``status`` of a running
@@ -41,10 +44,11 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aicenter.executors.base import (
     HostInfo,
@@ -71,6 +75,9 @@ _RECENT_PORTS = 4096
 # One connection per process: ray.init is process-global.
 _connect_lock = threading.Lock()
 GCS_RECONNECT_TIMEOUT_S = 10 * 365 * 24 * 3600
+# Threads for blocking Ray calls per executor (module docstring): enough for a burst of launches to wait at once.
+BLOCKING_THREADS = 64
+_T = TypeVar("_T")
 
 
 def _no_sigterm_warning(record: logging.LogRecord) -> bool:
@@ -160,6 +167,11 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
         self._actors: dict[str, Any] = {}
         self._recent_ports: dict[str, deque[int]] = {}
+        self._threads = ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="aicenter-ray")
+
+    async def _blocking(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` in the executor's threads (module docstring: why not ``asyncio.to_thread``)."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call, *args)
 
     # -- Ray connection and nodes (blocking: called in threads) ----------------------------------------------
 
@@ -176,7 +188,7 @@ class RayExecutor:
                 os.environ["RAY_AUTH_MODE"] = self.auth_mode
             if self.auth_token is not None:
                 os.environ["RAY_AUTH_TOKEN"] = self.auth_token
-            # In a worker thread (status/launch call this through asyncio.to_thread): there ray.init leaves the
+            # In a worker thread (status/launch call this through ``_blocking``): there ray.init leaves the
             # process's SIGTERM handler alone (on the main thread it would install sys.exit, over the server's
             # own graceful shutdown) and says so in a warning that is expected here.
             logging.getLogger("ray._private.worker").addFilter(_no_sigterm_warning)
@@ -204,6 +216,7 @@ class RayExecutor:
                     ray.shutdown()
 
         await asyncio.to_thread(shutdown)
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _ray_nodes(self, max_age_s: float | None = None) -> list[RayNode]:
         """``ray.nodes()`` mapped, at most ``max_age_s`` old (default ``nodes_cache_s``)."""
@@ -259,7 +272,7 @@ class RayExecutor:
         """
         run_dir = self._run_dir(plan.run_dir)
         try:
-            return await asyncio.to_thread(self._launch, replace(plan, run_dir=run_dir))
+            return await self._blocking(self._launch, replace(plan, run_dir=run_dir))
         except LaunchFailed:
             raise
         except Exception as exc:  # Ray unreachable, refused the actor's options ...
@@ -344,7 +357,7 @@ class RayExecutor:
         final = self._final(self._record(handle))
         if final is None:
             try:
-                final = await asyncio.to_thread(self._status, handle)
+                final = await self._blocking(self._status, handle)
             except Exception as exc:
                 log.warning("cannot ask Ray about the replica in %s: %s", handle.run_dir, exc)
                 started = parse_stamp(self._record(handle).get("started_at"))
@@ -382,7 +395,7 @@ class RayExecutor:
         """SIGTERM, up to ``grace_s`` to exit, then SIGKILL, on the node (``LocalExecutor.stop``). Idempotent."""
         if self._record(handle).get("state") == "exited":
             return
-        await asyncio.to_thread(self._stop, handle, grace_s)
+        await self._blocking(self._stop, handle, grace_s)
 
     def _stop(self, handle: ReplicaHandle, grace_s: float) -> None:
         ray = self._connect()
@@ -429,7 +442,7 @@ class RayExecutor:
         """``count`` distinct ports free on ``node`` now, bound and released there by a task pinned to it."""
         if count < 0:
             raise ValueError("count must be >= 0")
-        return await asyncio.to_thread(self._allocate_ports, node, count)
+        return await self._blocking(self._allocate_ports, node, count)
 
     def _allocate_ports(self, node: str, count: int) -> list[int]:
         found = self._alive_node(node) or self._alive_node(node, max_age_s=0)
@@ -448,7 +461,7 @@ class RayExecutor:
 
     async def nodes(self) -> list[HostInfo]:
         """Every live Ray node as a host (``inventory``); a node Ray lost is not listed."""
-        nodes = await asyncio.to_thread(self._ray_nodes, 0)
+        nodes = await self._blocking(self._ray_nodes, 0)
         return list(_unique_hosts(n for n in nodes if n.alive))
 
 
