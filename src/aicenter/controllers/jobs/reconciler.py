@@ -97,8 +97,8 @@ class JobReconciler(WakeableController):
     async def _sweep(self, *, scheduled_only: bool) -> None:
         """Drive every free job that needs work (or only the scheduled ones), in id order, ``batch`` at a time.
 
-        A pool, not batches: a claim tops the running passes up as they finish, so one slow pass does not hold
-        back the launches queued behind it.
+        A pool, not batches: a claim tops the running passes up as they finish, and claims again when woken
+        (work was committed meanwhile), so one slow pass does not hold back the launches queued behind it.
         """
         async with self.db.read() as session:
             if not await any_job_to_reconcile(session, scheduled_only=scheduled_only):
@@ -132,9 +132,22 @@ class JobReconciler(WakeableController):
                     exhausted = len(claims) < free
                 if not passes:
                     return
-                done, _ = await asyncio.wait(passes, return_when=asyncio.FIRST_COMPLETED)
+                # Jobs scheduled while the passes run are claimed when a wake-up says so, not only when a
+                # quarter of the slots is free: a pass lasts as long as its slowest launch (seconds on Slurm),
+                # and a job must not wait for another job's launch to finish before its own begins.
+                woken = asyncio.ensure_future(self._wake.wait()) if exhausted else None
+                done, _ = await asyncio.wait(
+                    {*passes, *([woken] if woken else [])}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if woken is not None:
+                    if woken in done:
+                        self._wake.clear()  # before the claim: a commit after it wakes this loop again
+                        exhausted = False
+                    else:
+                        woken.cancel()
                 for task in done:
-                    del passes[task]
+                    if task is not woken:
+                        del passes[task]  # type: ignore[arg-type]
         finally:
             if passes:  # stopping: let the passes end (each gives its leases back)
                 await asyncio.gather(*passes, return_exceptions=True)
