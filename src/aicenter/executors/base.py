@@ -23,7 +23,7 @@ Contract (checked for every executor by ``tests/contract/executor_suite.py``):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -44,6 +44,7 @@ __all__ = [
     "ReplicaPlan",
     "ReplicaState",
     "ReplicaStatus",
+    "node_labels",
 ]
 
 # Labels every executor sets on its hosts, whatever the engine: pool selectors do not depend on it.
@@ -99,6 +100,16 @@ class HostInfo:
     memory_bytes: int
     accelerators: tuple[AcceleratorInfo, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+
+
+def node_labels(name: str, accelerators: Sequence[AcceleratorInfo]) -> dict[str, str]:
+    """The labels every executor sets on a host it reports: its name, and its accelerator type when all of its
+    accelerators are of one type."""
+    labels = {HOSTNAME_LABEL: name}
+    types = sorted({a.type for a in accelerators})
+    if len(types) == 1:
+        labels[ACCELERATOR_LABEL] = types[0]
+    return labels
 
 
 class LaunchFailed(RuntimeError):

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 import aicenter
-from aicenter.executors.base import ReplicaPlan, ReplicaState, ReplicaStatus
+from aicenter.executors.base import ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
 from aicenter.runtime.files import OUTPUT_FILE, PLAN_FILE, LauncherPlan, parse_stamp, write_json_atomic
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "launcher_argv",
     "launcher_plan",
     "read_chunk",
+    "replica_output",
     "stream_output",
     "write_plan",
 ]
@@ -133,3 +134,19 @@ async def stream_output(
                 yield chunk
             return
         await asyncio.sleep(FOLLOW_POLL_S)
+
+
+def replica_output(
+    handle: ReplicaHandle,
+    since: int,
+    *,
+    follow: bool,
+    status: Callable[[ReplicaHandle], Awaitable[ReplicaStatus]],
+) -> AsyncIterator[bytes]:
+    """``Executor.logs`` for every engine: the run dir's ``output.log`` from ``since``; with ``follow``, until the
+    executor's ``status`` says the replica no longer runs and the rest is drained."""
+
+    async def running() -> bool:
+        return (await status(handle)).state is ReplicaState.RUNNING
+
+    return stream_output(handle.run_dir, since, follow=follow, running=running)

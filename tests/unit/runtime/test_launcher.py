@@ -99,7 +99,9 @@ def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: P
     )
     try:
         deadline = time.monotonic() + 30
-        while (read_json(tmp_path / "status.json") or {}).get("state") != "running":
+        # "ready" is printed after the trap is set: a TERM before it would end the shell (a plain stop).
+        output = tmp_path / "output.log"
+        while b" ready\n" not in (output.read_bytes() if output.exists() else b""):
             assert time.monotonic() < deadline, "the launcher did not start the command"
             time.sleep(0.02)
         launcher.send_signal(signal.SIGTERM)  # ignored by the command

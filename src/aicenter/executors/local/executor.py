@@ -46,7 +46,7 @@ from aicenter.executors.rundir import (
     launcher_argv,
     launcher_plan,
     read_chunk,
-    stream_output,
+    replica_output,
     write_plan,
 )
 from aicenter.runtime import netns
@@ -396,14 +396,9 @@ class LocalExecutor:
 
     # -- logs ------------------------------------------------------------------------------------------------
 
-    async def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
+    def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Bytes of ``output.log`` from offset ``since``; with ``follow``, until the replica ended and all is read."""
-
-        async def running() -> bool:
-            return (await self.status(handle)).state is ReplicaState.RUNNING
-
-        async for chunk in stream_output(handle.run_dir, since, follow=follow, running=running):
-            yield chunk
+        return replica_output(handle, since, follow=follow, status=self.status)
 
     # -- inventory -------------------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-from aicenter.executors import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
+from aicenter.executors import HOSTNAME_LABEL, AcceleratorInfo, HostInfo
+from aicenter.executors.base import node_labels
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +210,7 @@ def _text(value: str | bytes) -> str:
 
 def host_labels(hostname: str, accelerators: Sequence[AcceleratorInfo]) -> dict[str, str]:
     """Labels the local executor puts on this host's node, for pool selectors."""
-    labels = {HOSTNAME_LABEL: node_name(hostname), ARCH_LABEL: node_name(platform.machine() or "unknown")}
-    types = sorted({a.type for a in accelerators})
-    if len(types) == 1:
-        labels[ACCELERATOR_LABEL] = types[0]
-    return labels
+    return {**node_labels(node_name(hostname), accelerators), ARCH_LABEL: node_name(platform.machine() or "unknown")}
 
 
 def detect_host(*, nvml: Any = None) -> HostInfo:

@@ -60,7 +60,7 @@ from aicenter.executors.base import (
 )
 from aicenter.executors.local.sandboxing import SandboxMode
 from aicenter.executors.ray.inventory import RayNode, device_resources, map_nodes
-from aicenter.executors.rundir import exited_status, stream_output
+from aicenter.executors.rundir import exited_status, replica_output
 from aicenter.runtime.files import STATUS_FILE, parse_stamp, read_json
 from aicenter.runtime.launcher import ANCHOR_LOST_REASON
 
@@ -427,14 +427,9 @@ class RayExecutor:
 
     # -- logs ------------------------------------------------------------------------------------------------
 
-    async def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
+    def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Bytes of ``output.log`` on the shared jobs path from ``since``; with ``follow``, until it ended."""
-
-        async def running() -> bool:
-            return (await self.status(handle)).state is ReplicaState.RUNNING
-
-        async for chunk in stream_output(handle.run_dir, since, follow=follow, running=running):
-            yield chunk
+        return replica_output(handle, since, follow=follow, status=self.status)
 
     # -- inventory -------------------------------------------------------------------------------------------
 

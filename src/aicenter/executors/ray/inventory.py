@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aicenter.core.labels import is_label_name, is_label_prefix, is_label_value
-from aicenter.executors.base import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
+from aicenter.executors.base import AcceleratorInfo, HostInfo, node_labels
 from aicenter.executors.local.host import node_name
 
 __all__ = [
@@ -150,10 +150,7 @@ def map_node(entry: Mapping[str, Any]) -> RayNode:
                     nvlink_domain=nvlink,
                 )
             )
-    labels[HOSTNAME_LABEL] = name
-    types = sorted({a.type for a in accelerators})
-    if len(types) == 1:
-        labels[ACCELERATOR_LABEL] = types[0]
+    labels.update(node_labels(name, accelerators))
     host = HostInfo(
         name=name,
         address=str(entry.get("NodeManagerAddress") or ""),

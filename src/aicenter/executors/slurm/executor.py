@@ -37,7 +37,14 @@ from typing import Any, Literal
 from aicenter.executors.base import HostInfo, LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
 from aicenter.executors.local import LocalExecutor
 from aicenter.executors.local.sandboxing import SandboxMode, replica_sandbox
-from aicenter.executors.rundir import exited_status, launcher_argv, launcher_plan, read_chunk, stream_output, write_plan
+from aicenter.executors.rundir import (
+    exited_status,
+    launcher_argv,
+    launcher_plan,
+    read_chunk,
+    replica_output,
+    write_plan,
+)
 from aicenter.executors.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmJob,
@@ -508,14 +515,9 @@ class SlurmExecutor:
 
     # -- logs ------------------------------------------------------------------------------------------------
 
-    async def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
+    def logs(self, handle: ReplicaHandle, since: int = 0, *, follow: bool = False) -> AsyncIterator[bytes]:
         """Bytes of ``output.log`` from offset ``since``; with ``follow``, until the replica ended and all is read."""
-
-        async def running() -> bool:
-            return (await self.status(handle)).state is ReplicaState.RUNNING
-
-        async for chunk in stream_output(handle.run_dir, since, follow=follow, running=running):
-            yield chunk
+        return replica_output(handle, since, follow=follow, status=self.status)
 
     # -- inventory -------------------------------------------------------------------------------------------
 

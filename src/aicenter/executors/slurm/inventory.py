@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aicenter.core.labels import is_label_name, is_label_value
-from aicenter.executors.base import ACCELERATOR_LABEL, HOSTNAME_LABEL, AcceleratorInfo, HostInfo
+from aicenter.executors.base import AcceleratorInfo, HostInfo, node_labels
 
 __all__ = [
     "DEFAULT_GPU_TYPE",
@@ -195,11 +195,7 @@ def parse_node(fields: Mapping[str, str]) -> SlurmNode:
                 )
             )
     features = fields.get("ActiveFeatures", fields.get("AvailableFeatures", fields.get("Features", "")))
-    labels = feature_labels(features)
-    labels[HOSTNAME_LABEL] = name
-    types = sorted({a.type for a in accelerators})
-    if len(types) == 1:
-        labels[ACCELERATOR_LABEL] = types[0]
+    labels = {**feature_labels(features), **node_labels(name, accelerators)}
     state = fields.get("State", "UNKNOWN")
     reason = REASON_STAMP.sub("", fields.get("Reason", ""))
     host = HostInfo(
