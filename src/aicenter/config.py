@@ -154,6 +154,14 @@ class Settings(BaseSettings):
         description="Longest wait between scheduling cycles. A submit on this replica wakes the scheduler at "
         "once; the interval is the fallback for work submitted through other replicas.",
     )
+    reconcile_batch: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="Jobs one server replica's reconciler drives at once (launches, stops). Raise it where a "
+        "launch waits seconds for the engine (Slurm's scheduling cycle, Ray's worker start) and many jobs start "
+        "together: with 50 jobs submitted at once on Slurm, 96 gave a p50 of 6.9 s against 8.9 s (bench/executors.py).",
+    )
     reconcile_interval_s: float = Field(
         default=1.0,
         gt=0,

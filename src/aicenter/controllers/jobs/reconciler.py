@@ -46,6 +46,9 @@ __all__ = ["MAX_ROUNDS", "JobReconciler", "build"]
 # Statuses a pass moves on from by itself in its next round: their replicas are stopped, then the job queued.
 _FOLLOW_UP = (JobStatus.RESTARTING, JobStatus.PREEMPTED)
 
+TOPUP_S = 1.0
+"""While passes run and the last claim found no more jobs, how often to claim again."""
+
 MAX_ROUNDS = 6
 """Rounds of one pass at most. A start takes 2 (intent, handles), a gang restart 3 (restarting and stops,
 the stopped replicas and the next attempt, ...); a stop of an intent without a launch result one more (it is
@@ -97,8 +100,8 @@ class JobReconciler(WakeableController):
     async def _sweep(self, *, scheduled_only: bool) -> None:
         """Drive every free job that needs work (or only the scheduled ones), in id order, ``batch`` at a time.
 
-        A pool, not batches: a claim tops the running passes up as they finish, and claims again when woken
-        (work was committed meanwhile), so one slow pass does not hold back the launches queued behind it.
+        A pool, not batches: a claim tops the running passes up as they finish, and is tried again every
+        ``TOPUP_S`` while they run, so one slow pass does not hold back the launches queued behind it.
         """
         async with self.db.read() as session:
             if not await any_job_to_reconcile(session, scheduled_only=scheduled_only):
@@ -132,22 +135,17 @@ class JobReconciler(WakeableController):
                     exhausted = len(claims) < free
                 if not passes:
                     return
-                # Jobs scheduled while the passes run are claimed when a wake-up says so, not only when a
-                # quarter of the slots is free: a pass lasts as long as its slowest launch (seconds on Slurm),
-                # and a job must not wait for another job's launch to finish before its own begins.
-                woken = asyncio.ensure_future(self._wake.wait()) if exhausted else None
+                # A claim that ran out of jobs is tried again after TOPUP_S while the passes run: a pass lasts as
+                # long as its slowest launch (seconds on Slurm), and a job scheduled meanwhile must not wait for
+                # another job's launch. Not on every wake-up: a pass's own commits wake this controller, and a
+                # claim (a write) per commit slowed short passes down on SQLite.
                 done, _ = await asyncio.wait(
-                    {*passes, *([woken] if woken else [])}, return_when=asyncio.FIRST_COMPLETED
+                    passes, timeout=TOPUP_S if exhausted else None, return_when=asyncio.FIRST_COMPLETED
                 )
-                if woken is not None:
-                    if woken in done:
-                        self._wake.clear()  # before the claim: a commit after it wakes this loop again
-                        exhausted = False
-                    else:
-                        woken.cancel()
+                if not done:
+                    exhausted = False
                 for task in done:
-                    if task is not woken:
-                        del passes[task]  # type: ignore[arg-type]
+                    del passes[task]
         finally:
             if passes:  # stopping: let the passes end (each gives its leases back)
                 await asyncio.gather(*passes, return_exceptions=True)
@@ -207,4 +205,6 @@ def _goes_on(decision: Decision) -> bool:
 
 def build(ctx: AppContext) -> JobReconciler:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
-    return JobReconciler(ctx.db, ctx.store, ctx.settings, executors=ctx.executors or None)
+    return JobReconciler(
+        ctx.db, ctx.store, ctx.settings, executors=ctx.executors or None, batch=ctx.settings.reconcile_batch
+    )
