@@ -105,22 +105,6 @@ class RayContract(ExecutorContract):
         return _alive(record["child_pid"], record["child_start_time"])
 
 
-@pytest.mark.skipif(not sandbox_support().available, reason=f"no bwrap sandbox here: {sandbox_support().reason}")
-class TestSandboxedRayExecutor(RayContract):
-    """The contract with every replica in a bubblewrap sandbox on its node (the host's network: jobs span nodes)."""
-
-    node = WORKER
-    sandbox: SandboxMode = "bwrap"
-
-    @pytest.fixture
-    def root(self, tmp_path: Path) -> Path:
-        tmp_path.chmod(0o755)  # the job's own uid must look inside for gate files
-        return tmp_path
-
-    def base_env(self, root: Path) -> dict[str, str]:
-        return {"AICENTER_DATA_DIR": str(root)}
-
-
 class TestRayExecutor(RayContract):
     """The contract unsandboxed, then what only the ray executor does; the node-death test is the module's last."""
 
@@ -148,6 +132,24 @@ class TestRayExecutor(RayContract):
             return (await asyncio.to_thread(ray.available_resources)).get("aicenter/nvidia-t4", 0.0) == 1.0
 
         await poll(released, "the actor to end and free the T4")
+
+    @pytest.mark.skipif(not sandbox_support().available, reason=f"no bwrap sandbox here: {sandbox_support().reason}")
+    async def test_a_sandboxed_replica_runs_in_its_sandbox_on_the_node(self, root: Path) -> None:
+        """The actor's launcher sandboxes as the local one does (the whole contract in a sandbox is the local
+        executor's, whose code the actor runs; the e2e runs a sandboxed DDP job on Ray): its own PID namespace,
+        and as root the workspace's uid."""
+        os.chmod(root, 0o755)  # noqa: S103 - the job's own uid looks inside
+        executor = RayExecutor(root, address=self.address, launch_timeout_s=30.0, sandbox="bwrap")
+        handle = await executor.launch(_plan(root, "sandboxed", WORKER, "echo uid=$(id -u) pid=$$", workspace_id=5))
+        try:
+            status = await self.wait_exited(executor, handle)
+            assert status.exit_code == 0
+            [line] = lines(await self.read_log(executor, handle))
+            uid = 200_000 + 5 if os.geteuid() == 0 else os.geteuid()
+            assert line.decode().split()[0] == f"uid={uid}"
+            assert int(line.decode().split("pid=")[1]) < 10  # its own PID namespace
+        finally:
+            await executor.stop(handle, grace_s=1.0)
 
     async def test_launch_is_idempotent_per_run_dir(self, executor: Executor, launch: object, root: Path) -> None:
         handle = await launch("echo ready; exec sleep 600", node=WORKER)  # type: ignore[operator]
