@@ -130,3 +130,12 @@ def test_importing_the_executor_does_not_import_ray() -> None:
     code = "import sys, aicenter.executors.ray, aicenter.executors.ray.inventory; print('ray' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_the_launchers_anchor_reason_is_the_executors_node_lost_reason() -> None:
+    """A replica killed by its anchor (its actor died with the node) is reported as the engines' node loss, which
+    makes the reconciler read the engine's nodes again before restarting the job."""
+    from aicenter.executors.base import NODE_LOST_REASON
+    from aicenter.runtime.launcher import ANCHOR_LOST_REASON
+
+    assert ANCHOR_LOST_REASON == NODE_LOST_REASON

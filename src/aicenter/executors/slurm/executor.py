@@ -34,7 +34,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from aicenter.executors.base import HostInfo, LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
+from aicenter.executors.base import (
+    NODE_LOST_REASON,
+    HostInfo,
+    LaunchFailed,
+    ReplicaHandle,
+    ReplicaPlan,
+    ReplicaState,
+    ReplicaStatus,
+)
 from aicenter.executors.local import LocalExecutor
 from aicenter.executors.local.sandboxing import SandboxMode, replica_sandbox
 from aicenter.executors.rundir import (
@@ -427,12 +435,12 @@ class SlurmExecutor:
         except _QueueUnavailable:
             return exited_status(record) if _final(record) else ReplicaStatus(ReplicaState.RUNNING, started_at=started)
         if job is not None and job.state == "NODE_FAIL":
-            return ReplicaStatus(ReplicaState.LOST, reason="node lost", started_at=started)
+            return ReplicaStatus(ReplicaState.LOST, reason=NODE_LOST_REASON, started_at=started)
         if _final(record):
             return exited_status(record)
         if job is not None and job.active:
             if await self._node_lost(handle.node):
-                return ReplicaStatus(ReplicaState.LOST, reason="node lost", started_at=started)
+                return ReplicaStatus(ReplicaState.LOST, reason=NODE_LOST_REASON, started_at=started)
             return ReplicaStatus(ReplicaState.RUNNING, started_at=started)
         record = self._record(handle)  # the launcher may have written its final record and ended meanwhile
         if _final(record):
@@ -440,7 +448,7 @@ class SlurmExecutor:
         if job is None:
             job = await self._ended_job(job_id)
             if job is not None and job.state == "NODE_FAIL":
-                return ReplicaStatus(ReplicaState.LOST, reason="node lost", started_at=started)
+                return ReplicaStatus(ReplicaState.LOST, reason=NODE_LOST_REASON, started_at=started)
         return ReplicaStatus(ReplicaState.LOST, reason="launcher lost", started_at=started)
 
     async def _wait_ended(self, handle: ReplicaHandle, job_id: str, timeout_s: float) -> bool:
