@@ -268,7 +268,8 @@ class Settings(BaseSettings):
         unknown = [n for n in names if n not in ENGINES]
         if not names or unknown:
             raise ValueError(
-                f"AICENTER_EXECUTOR={value!r}: name one or more of {', '.join(ENGINES)}, separated by commas"
+                f"AICENTER_EXECUTOR (aicenter up --executor) is {value!r}: name one or more of "
+                f"{', '.join(ENGINES)}, separated by commas"
             )
         return ",".join(dict.fromkeys(names))
 
@@ -294,8 +295,8 @@ class Settings(BaseSettings):
     def _engines_configured(self) -> Settings:
         if "ray" in self.executors and not self.ray_address.strip():
             raise ValueError(
-                "AICENTER_EXECUTOR names ray but AICENTER_RAY_ADDRESS is empty: set it to the head node's GCS "
-                "address (host:port, as `ray start --head` printed it)"
+                "the ray executor needs the Ray head's address: set AICENTER_RAY_ADDRESS (aicenter up "
+                "--ray-address) to its GCS address, host:port as `ray start --head` printed it"
             )
         return self
 

@@ -126,3 +126,28 @@ def test_without_a_sandbox_up_says_so_and_refuses_a_second_user(tmp_path: Path) 
     code, output = up.stop(signal.SIGINT)
     assert code == 0, output
     assert output.count("SINGLE-USER MODE") == 1, "said once"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--executor", "kubernetes"), "name one or more of local, ray, slurm"),
+        (("--executor", "ray"), "aicenter up --ray-address"),
+    ],
+)
+def test_bad_engine_flags_are_refused_before_anything_is_created(
+    tmp_path: Path, flags: tuple[str, ...], says: str
+) -> None:
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "aicenter.cli", "up", "--home", str(home), "--port", str(free_port()), *flags],
+        capture_output=True,
+        text=True,
+        env=clean_env(**FAST_HASHING_ENV),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: bad_config:"), result.stderr
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (home / "aicenter.db").exists()

@@ -102,6 +102,6 @@ def test_unknown_executors_are_refused_with_the_known_ones(tmp_path: Path, value
 
 
 def test_ray_needs_its_address(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="AICENTER_RAY_ADDRESS is empty"):
+    with pytest.raises(ValidationError, match="needs the Ray head's address: set AICENTER_RAY_ADDRESS"):
         Settings(home=tmp_path, executor="ray")
     assert Settings(home=tmp_path, executor="ray", ray_address="10.0.0.1:6379").executors == ("ray",)
