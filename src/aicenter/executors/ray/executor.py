@@ -437,6 +437,11 @@ class RayExecutor:
         """``count`` distinct ports free on ``node`` now, bound and released there by a task pinned to it."""
         if count < 0:
             raise ValueError("count must be >= 0")
+        if count == 0:  # most jobs (no framework): no task on the node, which could cost a worker's start
+            found = await self._blocking(self._alive_node, node) or await self._blocking(self._alive_node, node, 0)
+            if found is None:
+                raise ValueError(f"no live Ray node is named {node!r}")
+            return []
         return await self._blocking(self._allocate_ports, node, count)
 
     def _allocate_ports(self, node: str, count: int) -> list[int]:
