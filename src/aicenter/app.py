@@ -12,6 +12,8 @@ from fastapi import FastAPI
 
 from aicenter import __version__
 from aicenter.api.errors import install_error_handlers
+from aicenter.api.metrics import HttpMetricsMiddleware, Metrics
+from aicenter.api.metrics import router as metrics_router
 from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
@@ -194,7 +196,10 @@ def create_app(
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(metrics_router)  # Prometheus' /metrics, outside /api and the OpenAPI document
     install_console(app)
+    app.state.metrics = Metrics()
+    app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(RequestIdMiddleware)
     if settings.secure_cookies:  # the public URL is https
         app.add_middleware(HstsMiddleware)

@@ -100,6 +100,19 @@ class Settings(BaseSettings):
         "effect within this time on every replica.",
     )
 
+    metrics_token: str = Field(
+        default="",
+        description="Bearer token a Prometheus scraper sends to GET /metrics (prometheus.yml: authorization: "
+        "credentials: ...). Empty: /metrics answers platform admins' tokens only; it never answers anonymous "
+        "clients, since it names the workspaces.",
+    )
+    metrics_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long /metrics reuses the platform counts it read from the database, in seconds, so "
+        "that several scrapers never add up to more than one set of aggregate queries per interval.",
+    )
+
     sse_ping_s: float = Field(
         default=15.0,
         gt=0,

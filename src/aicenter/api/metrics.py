@@ -1,0 +1,174 @@
+"""The Prometheus exposition at ``GET /metrics``: the HTTP middleware, the platform collector and the route.
+
+Every app has a registry of its own (not prometheus_client's global one), so several apps in one process (the
+tests) never share or collide on series. Names follow Prometheus' conventions: base units (seconds, bytes),
+``_total`` on counters, ``_info``-style build information, and no high-cardinality labels: a request is counted
+under its route template (``/api/v1/jobs/{job_id}``), never its path, and jobs by workspace, never by id.
+docs/monitoring.md lists the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aicenter import __version__
+from aicenter.api.deps import Ctx, authenticate, bearer_token
+from aicenter.context import AppContext
+from aicenter.core.errors import Forbidden, Unauthenticated
+from aicenter.services import monitoring
+
+METRICS_PATH = "/metrics"
+# The classic text format, which every Prometheus (Debian's 2.x included) reads; newer prometheus_client
+# releases default to announcing version 1.0.0, which older servers do not know.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Latency buckets for an API whose reads answer in milliseconds and whose uploads may take many seconds.
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+UNMATCHED_ROUTE = "unmatched"  # a path no route matched (404s): one label value, not one per path
+
+
+class PlatformCollector(Collector):
+    """The database-derived gauges, from the snapshot the route refreshed just before the exposition (the
+    registry's collection is synchronous; the database is not)."""
+
+    def __init__(self) -> None:
+        self.snapshot = monitoring.PlatformSnapshot()
+        self.taken_at = float("-inf")  # monotonic; -inf: never
+        self.lock = asyncio.Lock()
+
+    async def refresh(self, ctx: AppContext) -> None:
+        """Read the platform's counts unless the last read is younger than ``metrics_cache_s``."""
+        async with self.lock:  # concurrent scrapes wait for one read instead of each running their own
+            if time.monotonic() - self.taken_at < ctx.settings.metrics_cache_s:
+                return
+            async with ctx.db.read() as session:
+                self.snapshot = await monitoring.snapshot(session)
+            self.taken_at = time.monotonic()
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.snapshot
+        yield _gauge("aicenter_jobs", "Jobs by status and workspace.", ["status", "workspace"], s.jobs)
+        yield _gauge("aicenter_queue_jobs", "Jobs queued for the scheduler, by pool.", ["pool"], s.queued)
+        yield _gauge(
+            "aicenter_queue_wait_seconds",
+            "How long the oldest queued job of the pool has waited since its submission.",
+            ["pool"],
+            s.queue_wait_s,
+        )
+        yield _gauge("aicenter_nodes", "Nodes by state and executor.", ["state", "executor"], s.nodes)
+        yield _gauge(
+            "aicenter_accelerators",
+            "Accelerators by type, allocated to replicas or free.",
+            ["type", "state"],
+            s.accelerators,
+        )
+        yield _gauge(
+            "aicenter_cpu_cores", "CPU cores allocated to replicas, and the nodes' capacity.", ["state"], s.cpu_cores
+        )
+        yield _gauge(
+            "aicenter_store_bytes", "Bytes of the distinct blobs catalog versions list.", [], {(): s.store_bytes}
+        )
+        yield _gauge("aicenter_store_objects", "Distinct blobs catalog versions list.", [], {(): s.store_objects})
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: Mapping[Any, float]) -> GaugeMetricFamily:
+    """A gauge family from ``{label value or tuple of them: value}``."""
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for key, value in values.items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], float(value))
+    return family
+
+
+class BuildInfoCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("aicenter_build_info", "The running aicenter's version; always 1.", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+
+
+class Metrics:
+    """One app's registry and the metrics its middleware updates."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter(
+            "aicenter_http_requests",
+            "HTTP requests answered, by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "aicenter_http_request_duration_seconds",
+            "Time to answer an HTTP request (to the response's start), by method and route template.",
+            ["method", "route"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.platform = PlatformCollector()
+        self.registry.register(self.platform)
+        self.registry.register(BuildInfoCollector())
+
+
+class HttpMetricsMiddleware:
+    """Counts every HTTP request and times it to the start of its response. No database access: two in-memory
+    updates per request. Streamed responses (a live log) are timed to their first byte, not their end."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # an exception before the response started is answered 500 by the outer handler
+
+        async def send_timed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                self.metrics.duration.labels(scope["method"], _route(scope)).observe(time.perf_counter() - started)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_timed)
+        finally:
+            self.metrics.requests.labels(scope["method"], _route(scope), str(status)).inc()
+
+
+def _route(scope: Scope) -> str:
+    """The template of the route that matched (the router writes it into the shared scope), else one value."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED_ROUTE
+
+
+router = APIRouter()
+
+
+@router.get(METRICS_PATH, include_in_schema=False)
+async def metrics(request: Request, ctx: Ctx) -> Response:
+    """The Prometheus text exposition. Outside the OpenAPI document: it is Prometheus' contract, not the
+    REST API's. Who may read it: the bearer ``AICENTER_METRICS_TOKEN`` (when set) or a platform admin's
+    token; never an anonymous client, since it names the workspaces."""
+    sent = bearer_token(request)
+    token = ctx.settings.metrics_token
+    if not (token and sent is not None and hmac.compare_digest(sent.encode(), token.encode())):
+        actor = await authenticate(request, ctx)
+        if actor is None:
+            raise Unauthenticated("send 'Authorization: Bearer <AICENTER_METRICS_TOKEN or a platform admin token>'")
+        if not actor.is_platform_admin:
+            raise Forbidden("only platform admins or the scraper's token (AICENTER_METRICS_TOKEN) can read /metrics")
+    state: Metrics = request.app.state.metrics
+    await state.platform.refresh(ctx)
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE)

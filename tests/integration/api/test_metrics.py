@@ -1,0 +1,149 @@
+"""GET /metrics on SQLite and PostgreSQL: the families, their types and labels, and who may read them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from aicenter import __version__
+from aicenter.core.clock import utcnow
+from aicenter.db.engine import Database
+from aicenter.db.models import Job, Node, Pool, Replica, Workspace
+from tests.factories import admin_login, make_user
+
+SCRAPER_TOKEN = "scrape-me-0123456789"
+
+
+@pytest.fixture
+def scraper_token(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(app.state.ctx.settings, "metrics_token", SCRAPER_TOKEN)
+    return SCRAPER_TOKEN
+
+
+async def _scrape(client: httpx.AsyncClient, app: FastAPI, token: str) -> dict[str, tuple[str, list[Sample]]]:
+    app.state.metrics.platform.taken_at = float("-inf")  # the test's rows, not the last test's cached counts
+    r = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {f.name: (f.type, f.samples) for f in text_string_to_metric_families(r.text)}
+
+
+def _values(samples: list[Sample], name: str | None = None) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in samples if name is None or s.name == name}
+
+
+async def _seed(db: Database) -> None:
+    """Two nodes (one with two A100s), a pool, jobs in three statuses, a running replica holding one A100."""
+    async with db.write() as session:
+        ws = Workspace(name="vision")
+        pool = Pool(name="gpu")
+        gpu = Node(
+            name="gpu-01",
+            cpu_milli=16000,
+            memory_bytes=2**36,
+            accelerators=[
+                {"index": i, "type": "nvidia-a100", "memory_bytes": 2**36, "nvlink_domain": None} for i in range(2)
+            ],
+        )
+        cpu = Node(name="cpu-01", cpu_milli=8000, memory_bytes=2**34, executor="slurm", state="not_ready")
+        session.add_all([ws, pool, gpu, cpu])
+        await session.flush()
+        old = utcnow() - timedelta(minutes=10)
+        running = Job(workspace_id=ws.id, name="train", status="running", pool_id=pool.id)
+        session.add_all(
+            [
+                running,
+                Job(workspace_id=ws.id, name="q1", status="queued", pool_id=pool.id, submitted_at=old),
+                Job(workspace_id=ws.id, name="q2", status="queued", pool_id=pool.id),
+                Job(workspace_id=ws.id, name="q3", status="queued"),
+                Job(workspace_id=ws.id, name="done", status="succeeded"),
+            ]
+        )
+        await session.flush()
+        session.add(
+            Replica(
+                job_id=running.id,
+                task="worker",
+                index=0,
+                status="running",
+                node_id=gpu.id,
+                devices=[0],
+                gpu=1,
+                gpu_type="nvidia-a100",
+                cpu_milli=4000,
+            )
+        )
+
+
+async def test_families_types_and_labels(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str
+) -> None:
+    await _seed(db)
+    admin = await admin_login(client)
+    assert (await client.get("/api/v1/nodes", headers=admin.headers)).status_code == 200
+    families = await _scrape(client, app, scraper_token)
+
+    jobs_type, jobs = families["aicenter_jobs"]
+    assert jobs_type == "gauge"
+    assert _values(jobs)[(("status", "queued"), ("workspace", "vision"))] == 3
+    assert _values(jobs)[(("status", "running"), ("workspace", "vision"))] == 1
+    assert _values(families["aicenter_queue_jobs"][1]) == {(("pool", "gpu"),): 2, (("pool", "none"),): 1}
+    waits = _values(families["aicenter_queue_wait_seconds"][1])
+    assert waits[(("pool", "gpu"),)] >= 600  # the oldest queued job of the pool, submitted 10 minutes ago
+    assert _values(families["aicenter_nodes"][1]) == {
+        (("executor", "local"), ("state", "ready")): 1,
+        (("executor", "slurm"), ("state", "not_ready")): 1,
+    }
+    assert _values(families["aicenter_accelerators"][1]) == {
+        (("state", "allocated"), ("type", "nvidia-a100")): 1,
+        (("state", "free"), ("type", "nvidia-a100")): 1,
+    }
+    assert _values(families["aicenter_cpu_cores"][1]) == {(("state", "allocated"),): 4, (("state", "capacity"),): 24}
+    assert families["aicenter_store_bytes"][0] == "gauge"
+    assert families["aicenter_store_objects"][0] == "gauge"
+    assert _values(families["aicenter_build_info"][1]) == {(("version", __version__),): 1}
+
+    # The API's own traffic, under route templates, never raw paths.
+    requests_type, requests = families["aicenter_http_requests"]
+    assert requests_type == "counter"
+    counted = _values(requests, "aicenter_http_requests_total")
+    assert counted[(("method", "GET"), ("route", "/api/v1/nodes"), ("status", "200"))] >= 1
+    await client.get(f"/api/v1/nodes/{10**6}", headers=admin.headers)
+    await client.get("/no/such/page/42")
+    families = await _scrape(client, app, scraper_token)
+    routes = {dict(k)["route"] for k in _values(families["aicenter_http_requests"][1], "aicenter_http_requests_total")}
+    assert "/api/v1/nodes/{node_id}" in routes
+    assert "unmatched" in routes
+    assert not any(str(10**6) in route or "42" in route for route in routes)
+    duration_type, duration = families["aicenter_http_request_duration_seconds"]
+    assert duration_type == "histogram"
+    assert {s.name for s in duration} >= {
+        "aicenter_http_request_duration_seconds_bucket",
+        "aicenter_http_request_duration_seconds_count",
+        "aicenter_http_request_duration_seconds_sum",
+    }
+
+
+async def test_access(client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str) -> None:
+    assert (await client.get("/metrics")).status_code == 401  # anonymous, even from 127.0.0.1
+    assert (await client.get("/metrics", headers={"Authorization": "Bearer wrong"})).status_code == 401
+    admin = await admin_login(client)
+    assert (await client.get("/metrics", headers=admin.headers)).status_code == 200
+    bob = await make_user(db, client, "bob")
+    r = await client.get("/metrics", headers=bob.headers)
+    assert r.status_code == 403, r.text
+    assert (await client.get("/metrics", headers={"Authorization": f"Bearer {scraper_token}"})).status_code == 200
+    assert "/metrics" not in app.openapi()["paths"]
+
+
+async def test_no_scraper_token_admins_only(client: httpx.AsyncClient, app: FastAPI) -> None:
+    assert app.state.ctx.settings.metrics_token == ""
+    assert (await client.get("/metrics", headers={"Authorization": "Bearer "})).status_code == 401
+    assert (await client.get("/metrics")).status_code == 401
+    admin = await admin_login(client)
+    assert (await client.get("/metrics", headers=admin.headers)).status_code == 200
