@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 import aicenter
-from aicenter.executors.base import ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
+from aicenter.executors.base import LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
 from aicenter.runtime.files import OUTPUT_FILE, PLAN_FILE, LauncherPlan, parse_stamp, write_json_atomic
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "launcher_plan",
     "read_chunk",
     "replica_output",
+    "resolve_run_dir",
     "stream_output",
     "write_plan",
 ]
@@ -150,3 +151,17 @@ def replica_output(
         return (await status(handle)).state is ReplicaState.RUNNING
 
     return stream_output(handle.run_dir, since, follow=follow, running=running)
+
+
+def resolve_run_dir(root: Path | None, run_dir: Path | str, executor: str) -> Path:
+    """A plan's run directory: absolute as given, else below the executor's ``root``.
+
+    Raises:
+        LaunchFailed: It is relative and the executor has no root.
+    """
+    path = Path(run_dir)
+    if path.is_absolute():
+        return path
+    if root is None:
+        raise LaunchFailed(f"run_dir {str(path)!r} is relative and the {executor} executor has no root")
+    return root / path

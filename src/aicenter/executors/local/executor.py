@@ -47,6 +47,7 @@ from aicenter.executors.rundir import (
     launcher_plan,
     read_chunk,
     replica_output,
+    resolve_run_dir,
     write_plan,
 )
 from aicenter.runtime import netns
@@ -186,12 +187,7 @@ class LocalExecutor:
     # -- launch ----------------------------------------------------------------------------------------------
 
     def _run_dir(self, run_dir: Path | str) -> Path:
-        path = Path(run_dir)
-        if path.is_absolute():
-            return path
-        if self.root is None:
-            raise LaunchFailed(f"run_dir {str(path)!r} is relative and the local executor has no root")
-        return self.root / path
+        return resolve_run_dir(self.root, run_dir, self.name)
 
     def _handle(self, run_dir: Path, record: dict[str, Any]) -> ReplicaHandle:
         return ReplicaHandle(

@@ -60,7 +60,7 @@ from aicenter.executors.base import (
 )
 from aicenter.executors.local.sandboxing import SandboxMode
 from aicenter.executors.ray.inventory import RayNode, device_resources, map_nodes
-from aicenter.executors.rundir import exited_status, replica_output
+from aicenter.executors.rundir import exited_status, replica_output, resolve_run_dir
 from aicenter.runtime.files import STATUS_FILE, parse_stamp, read_json
 from aicenter.runtime.launcher import ANCHOR_LOST_REASON
 
@@ -253,12 +253,7 @@ class RayExecutor:
     # -- launch ----------------------------------------------------------------------------------------------
 
     def _run_dir(self, run_dir: Path | str) -> Path:
-        path = Path(run_dir)
-        if path.is_absolute():
-            return path
-        if self.root is None:
-            raise LaunchFailed(f"run_dir {str(path)!r} is relative and the ray executor has no root")
-        return self.root / path
+        return resolve_run_dir(self.root, run_dir, self.name)
 
     async def launch(self, plan: ReplicaPlan) -> ReplicaHandle:
         """Create the replica's actor on its node and have it start the launcher there.

@@ -51,6 +51,7 @@ from aicenter.executors.rundir import (
     launcher_plan,
     read_chunk,
     replica_output,
+    resolve_run_dir,
     write_plan,
 )
 from aicenter.executors.slurm.commands import (
@@ -285,12 +286,7 @@ class SlurmExecutor:
     # -- launch ----------------------------------------------------------------------------------------------
 
     def _run_dir(self, run_dir: Path | str) -> Path:
-        path = Path(run_dir)
-        if path.is_absolute():
-            return path
-        if self.root is None:
-            raise LaunchFailed(f"run_dir {str(path)!r} is relative and the slurm executor has no root")
-        return self.root / path
+        return resolve_run_dir(self.root, run_dir, self.name)
 
     def _handle(self, node: str, run_dir: Path, record: dict[str, Any], job_id: str) -> ReplicaHandle:
         return ReplicaHandle(
