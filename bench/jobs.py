@@ -48,7 +48,8 @@ import httpx
 
 # The Slurm cluster is the tests' (one implementation for both); bench scripts run as ``python bench/jobs.py``.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support.slurm import NodeSpec, SlurmCluster, wait_for
+from tests.support.slurm import NodeSpec, SlurmCluster
+from tests.support.waiting import wait_for
 
 ADMIN_PASSWORD = "bench-admin-Passw0rd"
 SPEC = {

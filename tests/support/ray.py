@@ -22,17 +22,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from tests.support.waiting import free_port, wait_for
 
 __all__ = ["DEFAULT_NODES", "RayCluster", "RayNodeSpec", "ray_available"]
 
@@ -79,13 +79,6 @@ def ray_available() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _session(sid: int) -> list[psutil.Process]:
     """The live processes of session ``sid``."""
     members = []
@@ -94,14 +87,6 @@ def _session(sid: int) -> list[psutil.Process]:
             if pid != sid and os.getsid(pid) == sid:
                 members.append(psutil.Process(pid))
     return members
-
-
-def wait_for(ready: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass

@@ -17,14 +17,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from tests.support.waiting import free_port, wait_for
 
 __all__ = ["DEFAULT_NODES", "NodeSpec", "SlurmCluster", "slurm_available"]
 
@@ -73,21 +73,6 @@ def _children(proc: psutil.Process) -> list[psutil.Process]:
         return list(proc.children(recursive=True))
     except psutil.Error:
         return []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(ready: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass

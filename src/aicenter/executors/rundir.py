@@ -18,13 +18,23 @@ import psutil
 
 import aicenter
 from aicenter.executors.base import LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
-from aicenter.runtime.files import OUTPUT_FILE, PLAN_FILE, LauncherPlan, parse_stamp, write_json_atomic
+from aicenter.runtime.files import (
+    OUTPUT_FILE,
+    PLAN_FILE,
+    STATUS_FILE,
+    LauncherPlan,
+    parse_stamp,
+    read_json,
+    write_json_atomic,
+)
+from aicenter.runtime.launcher import START_TIME_TOLERANCE_S
 
 __all__ = [
     "FOLLOW_POLL_S",
     "exited_status",
     "launcher_argv",
     "launcher_plan",
+    "launcher_record",
     "read_chunk",
     "replica_output",
     "resolve_run_dir",
@@ -165,3 +175,17 @@ def resolve_run_dir(root: Path | None, run_dir: Path | str, executor: str) -> Pa
     if root is None:
         raise LaunchFailed(f"run_dir {str(path)!r} is relative and the {executor} executor has no root")
     return root / path
+
+
+def launcher_record(handle: ReplicaHandle) -> dict[str, Any]:
+    """The launcher's status record in the handle's run dir, or ``{}`` when there is none or it names another
+    launcher than the handle (pid and start time). A stale or forged handle shares nothing with the run
+    directory: the replica is lost to it and nothing is signalled through it."""
+    record = read_json(Path(handle.run_dir) / STATUS_FILE) or {}
+    try:
+        same = record.get("launcher_pid") == handle.pid and (
+            abs(float(record["launcher_start_time"]) - handle.start_time) <= START_TIME_TOLERANCE_S
+        )
+    except (KeyError, TypeError, ValueError):
+        same = False
+    return record if same else {}

@@ -45,6 +45,7 @@ from aicenter.executors.rundir import (
     exited_status,
     launcher_argv,
     launcher_plan,
+    launcher_record,
     read_chunk,
     replica_output,
     resolve_run_dir,
@@ -313,14 +314,7 @@ class LocalExecutor:
         A handle and a record that disagree on the launcher's identity (a stale or forged handle, a run
         directory reused) share nothing: the replica is lost to that handle and nothing is signalled through it.
         """
-        record = read_json(Path(handle.run_dir) / STATUS_FILE) or {}
-        try:
-            same = record.get("launcher_pid") == handle.pid and (
-                abs(float(record["launcher_start_time"]) - handle.start_time) <= _START_TIME_TOLERANCE_S
-            )
-        except (KeyError, TypeError, ValueError):
-            same = False
-        return record if same else {}
+        return launcher_record(handle)
 
     @staticmethod
     def _child(record: dict[str, Any]) -> psutil.Process | None:

@@ -60,8 +60,8 @@ from aicenter.executors.base import (
 )
 from aicenter.executors.local.sandboxing import SandboxMode
 from aicenter.executors.ray.inventory import RayNode, device_resources, map_nodes
-from aicenter.executors.rundir import exited_status, replica_output, resolve_run_dir
-from aicenter.runtime.files import STATUS_FILE, parse_stamp, read_json
+from aicenter.executors.rundir import exited_status, launcher_record, replica_output, resolve_run_dir
+from aicenter.runtime.files import parse_stamp
 from aicenter.runtime.launcher import ANCHOR_LOST_REASON
 
 __all__ = ["NODE_LOST", "RayExecutor"]
@@ -70,7 +70,6 @@ log = logging.getLogger(__name__)
 
 NODE_LOST = ANCHOR_LOST_REASON
 LAUNCHER_LOST = "launcher lost"
-_START_TIME_TOLERANCE_S = 0.05
 _RECENT_PORTS = 4096
 # One connection per process: ray.init is process-global.
 _connect_lock = threading.Lock()
@@ -320,14 +319,7 @@ class RayExecutor:
     @staticmethod
     def _record(handle: ReplicaHandle) -> dict[str, Any]:
         """The launcher's record if it is this handle's launcher's (as ``LocalExecutor`` checks), else ``{}``."""
-        record = read_json(Path(handle.run_dir) / STATUS_FILE) or {}
-        try:
-            same = record.get("launcher_pid") == handle.pid and (
-                abs(float(record["launcher_start_time"]) - handle.start_time) <= _START_TIME_TOLERANCE_S
-            )
-        except (KeyError, TypeError, ValueError):
-            same = False
-        return record if same else {}
+        return launcher_record(handle)
 
     @staticmethod
     def _local(handle: ReplicaHandle) -> ReplicaHandle:

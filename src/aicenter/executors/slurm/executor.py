@@ -49,6 +49,7 @@ from aicenter.executors.rundir import (
     exited_status,
     launcher_argv,
     launcher_plan,
+    launcher_record,
     read_chunk,
     replica_output,
     resolve_run_dir,
@@ -86,7 +87,6 @@ _COMMAND_TIMEOUT_S = 30.0
 _KILL_WAIT_S = 5.0
 # How long the reaper's srun waits for a CPU on the node before it tries an overlapping step instead.
 _REAP_IMMEDIATE_S = 3
-_START_TIME_TOLERANCE_S = 0.05
 _RECENT_PORTS = 4096
 _LOCAL_NAMES = {"localhost", socket.gethostname(), socket.getfqdn()}
 
@@ -396,18 +396,9 @@ class SlurmExecutor:
     def _record(handle: ReplicaHandle) -> dict[str, Any]:
         """The launcher's status record, or ``{}`` when there is none or it names another launcher than the
         handle (a stale or forged handle shares nothing with the run directory: nothing is signalled)."""
-        run_dir = Path(handle.run_dir)
-        record = read_json(run_dir / STATUS_FILE) or {}
+        record = launcher_record(handle)
         job_id = str(handle.extra.get("slurm_job_id") or "")
-        try:
-            same = (
-                record.get("launcher_pid") == handle.pid
-                and abs(float(record["launcher_start_time"]) - handle.start_time) <= _START_TIME_TOLERANCE_S
-                and job_id == SlurmExecutor._submitted_job(run_dir)
-            )
-        except (KeyError, TypeError, ValueError):
-            same = False
-        return record if same else {}
+        return record if job_id == SlurmExecutor._submitted_job(Path(handle.run_dir)) else {}
 
     async def _node_lost(self, node: str) -> bool:
         with contextlib.suppress(LaunchFailed):
