@@ -98,6 +98,7 @@ def build_executors(settings: Settings) -> dict[str, Executor]:
             bin_dir=settings.slurm_bin_dir or None,
             python=settings.engine_python or None,
             port_range=settings.slurm_port_range,
+            usage_interval_s=settings.metrics_sample_interval_s,
             jobcomp_file=settings.slurm_jobcomp_file or None,
             **sandbox,
         )

@@ -61,6 +61,8 @@ class ReplicaCounters:
         accelerator_memory_bytes: Device memory its processes hold, where the driver reports it per process;
             None where it does not (no driver, or processes the driver does not list).
         source: Where the numbers come from: ``cgroup``, ``processes`` or ``usage-file``.
+        at: When they were read, where that is not the node's read (a usage file the launcher wrote); None: the
+            node's ``at``.
     """
 
     run_dir: str
@@ -68,6 +70,7 @@ class ReplicaCounters:
     memory_bytes: int | None
     accelerator_memory_bytes: int | None = None
     source: str = ""
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +168,10 @@ def usage(previous: NodeCounters | None, current: NodeCounters) -> NodeUsage:
     replicas = []
     for r in current.replicas:
         old = before.get(r.run_dir)
-        cores = rate(old.cpu_seconds, r.cpu_seconds, elapsed) if old is not None else None
+        cores = None
+        if old is not None:
+            span = r.at - old.at if r.at is not None and old.at is not None else elapsed
+            cores = rate(old.cpu_seconds, r.cpu_seconds, span)
         replicas.append(ReplicaUsage(r.run_dir, cores, r.memory_bytes, r.accelerator_memory_bytes))
     return NodeUsage(
         node=current.node,

@@ -28,21 +28,21 @@ import psutil
 
 from aicenter.executors.base import (
     HostInfo,
-    NodeCounters,
     LaunchFailed,
+    NodeCounters,
     ReplicaHandle,
     ReplicaPlan,
     ReplicaState,
     ReplicaStatus,
 )
 from aicenter.executors.local.host import detect_host, node_name
-from aicenter.executors.local.telemetry import sample_host
 from aicenter.executors.local.sandboxing import (
     NetworkMode,
     SandboxMode,
     isolate_network,
     replica_sandbox,
 )
+from aicenter.executors.local.telemetry import sample_host
 from aicenter.executors.rundir import (
     exited_status,
     launcher_argv,

@@ -10,12 +10,7 @@ an idle 8-GPU host), so one read of the node costs about a millisecond of CPU (b
 - Accelerators: NVML through ``ctypes`` on ``libnvidia-ml.so.1`` (``Nvml``), so telemetry needs no Python
   binding installed; no library, no driver or no device is "no accelerator telemetry", never an error.
 - Replicas: the launcher's ``status.json`` (checked against the handle, as ``status`` does) names the command's
-  pid and, where the launcher made one, its control group. With a group, its processes are ``cgroup.procs``
-  (which also holds what left the process group with ``setsid``) and its memory is the kernel's count of the
-  group (``memory.stat``: anonymous + mapped file pages, the group's resident set), its CPU the kernel's
-  cumulative usage where the hierarchy accounts it (v2 ``cpu.stat``; v1 ``cpuacct.usage`` when ``cpuacct`` is
-  mounted with ``cpu``). Without (or where the group lacks one of them), the command's process tree through
-  ``psutil``: RSS summed, CPU as user + system of the live processes plus what they reaped from their children.
+  pid and its control group, read by ``aicenter.runtime.usage``.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,12 +32,12 @@ from aicenter.core.telemetry import AcceleratorReading, NodeCounters, ReplicaCou
 from aicenter.executors.base import ReplicaHandle
 from aicenter.executors.local.host import nvidia_type
 from aicenter.executors.rundir import launcher_record
+from aicenter.runtime.usage import replica_usage
 
-__all__ = ["Nvml", "cgroup_usage", "default_nvml", "read_node", "read_replica", "read_replicas", "sample_host"]
+__all__ = ["Nvml", "default_nvml", "read_node", "read_replica", "read_replicas", "sample_host"]
 
 log = logging.getLogger(__name__)
 
-_START_TIME_TOLERANCE_S = 0.05
 _NVML_SUCCESS = 0
 _NVML_INSUFFICIENT_SIZE = 7
 _NVML_TEMPERATURE_GPU = 0
@@ -195,9 +190,7 @@ def _network() -> tuple[int, int] | tuple[None, None]:
     return rx, tx
 
 
-def read_node(
-    node: str, disk_path: Path | None, *, nvml: Nvml | None = None
-) -> tuple[NodeCounters, dict[int, int]]:
+def read_node(node: str, disk_path: Path | None, *, nvml: Nvml | None = None) -> tuple[NodeCounters, dict[int, int]]:
     """This host's counters (no replicas yet), and the device memory per pid that ``read_replicas`` uses.
 
     Args:
@@ -210,11 +203,11 @@ def read_node(
     total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
     busy = total - times.idle - getattr(times, "iowait", 0.0)
     memory = psutil.virtual_memory()
-    try:
+    disk_used: int | None = None
+    disk_total: int | None = None
+    with contextlib.suppress(OSError):  # the jobs path not there yet: no disk sample this tick
         disk = psutil.disk_usage(str(disk_path or "/"))
         disk_used, disk_total = int(disk.used), int(disk.total)
-    except OSError:
-        disk_used = disk_total = None
     rx, tx = _network()
     nvml = nvml or default_nvml()
     accelerators, per_pid = nvml.read()
@@ -235,105 +228,15 @@ def read_node(
     return counters, per_pid
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def _stat(text: str) -> dict[str, int]:
-    out = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            out[key] = int(value)
-    return out
-
-
-def cgroup_usage(dirs: dict[str, str]) -> tuple[float | None, int | None, list[int]]:
-    """``(cpu seconds, resident bytes, pids)`` of a replica's control group(s); None where not accounted.
-
-    Args:
-        dirs: The launcher's record ``cgroups``: ``{"": dir}`` for v2, controller -> dir for v1.
-    """
-    pids: set[int] = set()
-    for d in set(dirs.values()):
-        pids.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split() if p.isdigit())
-    cpu: float | None = None
-    memory: int | None = None
-    if "" in dirs:  # v2: one directory
-        stat = _stat(_read(os.path.join(dirs[""], "cpu.stat")))
-        if "usage_usec" in stat:
-            cpu = stat["usage_usec"] / 1e6
-        mem = _stat(_read(os.path.join(dirs[""], "memory.stat")))
-        if "anon" in mem:
-            memory = mem["anon"] + mem.get("file_mapped", 0)
-    else:
-        usage = _read(os.path.join(dirs["cpu"], "cpuacct.usage")).strip() if "cpu" in dirs else ""
-        if usage.isdigit():
-            cpu = int(usage) / 1e9
-        if "memory" in dirs:
-            mem = _stat(_read(os.path.join(dirs["memory"], "memory.stat")))
-            if "total_rss" in mem:
-                memory = mem["total_rss"] + mem.get("total_mapped_file", 0)
-    return cpu, memory, sorted(pids)
-
-
-def _process(pid: Any, start_time: Any) -> psutil.Process | None:
-    if not pid or start_time is None:
-        return None
-    try:
-        proc = psutil.Process(int(pid))
-        if abs(proc.create_time() - float(start_time)) > _START_TIME_TOLERANCE_S:
-            return None
-    except (psutil.Error, ValueError, TypeError):
-        return None
-    return proc
-
-
-def _processes_usage(procs: Iterable[psutil.Process]) -> tuple[float, int, list[int]]:
-    cpu, rss, pids = 0.0, 0, []
-    for proc in procs:
-        try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                cpu += t.user + t.system + t.children_user + t.children_system
-                rss += proc.memory_info().rss
-            pids.append(proc.pid)
-        except psutil.Error:  # ended between listing and reading
-            continue
-    return cpu, rss, pids
-
-
 def read_replica(handle: ReplicaHandle, gpu_per_pid: dict[int, int] | None = None) -> ReplicaCounters | None:
     """A running replica's counters; None when it is not running (no record, ended, or another launcher's)."""
     record = launcher_record(handle)
     if record.get("state") != "running":
         return None
-    dirs = record.get("cgroups") or {}
-    cpu: float | None = None
-    memory: int | None = None
-    pids: list[int] = []
-    source = "processes"
-    if isinstance(dirs, dict) and dirs:
-        cpu, memory, pids = cgroup_usage({str(k): str(v) for k, v in dirs.items()})
-        source = "cgroup"
-    if cpu is None or memory is None or not pids:
-        child = _process(record.get("child_pid"), record.get("child_start_time"))
-        if child is None:
-            return None
-        try:
-            tree = [child, *child.children(recursive=True)]
-        except psutil.Error:
-            tree = [child]
-        tree_cpu, tree_rss, tree_pids = _processes_usage(tree)
-        cpu = tree_cpu if cpu is None else cpu
-        memory = tree_rss if memory is None else memory
-        pids = pids or tree_pids
-        if source == "cgroup":
-            source = "cgroup+processes"
+    found = replica_usage(record.get("cgroups"), record.get("child_pid"), record.get("child_start_time"))
+    if found is None:
+        return None
+    cpu, memory, pids, source = found
     gpu = None
     if gpu_per_pid:
         held = [gpu_per_pid[p] for p in pids if p in gpu_per_pid]
