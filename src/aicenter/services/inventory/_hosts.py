@@ -244,4 +244,4 @@ async def sync_engine_hosts(
 async def node_ids(session: AsyncSession) -> dict[str, int]:
     """Every node's id by name (internal: the sampler labels what executors report by node name)."""
     rows = await session.execute(select(Node.name, Node.id))
-    return {name: node_id for name, node_id in rows.tuples()}
+    return dict(rows.tuples())
