@@ -39,8 +39,10 @@ def node_counters(node: SlurmNode, name: str, at: float) -> NodeCounters:
     utilization = None if node.cpu_load is None or cpus <= 0 else min(1.0, node.cpu_load / cpus)
     total = node.host.memory_bytes or None
     used = None
-    if total is not None and node.free_memory_bytes is not None:
-        used = max(0, total - node.free_memory_bytes)
+    # FreeMem is the machine's, RealMemory what the site configured: more free than configured (a node that
+    # gives Slurm part of its memory) says nothing of what is used; that is left unknown, not 0.
+    if total is not None and node.free_memory_bytes is not None and node.free_memory_bytes <= total:
+        used = total - node.free_memory_bytes
     return NodeCounters(node=name, at=at, cpu_utilization=utilization, memory_used_bytes=used, memory_total_bytes=total)
 
 
