@@ -55,13 +55,16 @@ def test_replica_usage_falls_back_to_the_process_tree(tmp_path: Path) -> None:
     assert found is not None
     assert found.source == "processes"
     assert me in found.pids
-    assert found.cpu_seconds is not None and found.cpu_seconds > 0
-    assert found.memory_bytes is not None and found.memory_bytes > 10 * 2**20
+    assert found.cpu_seconds is not None
+    assert found.cpu_seconds > 0
+    assert found.memory_bytes is not None
+    assert found.memory_bytes > 10 * 2**20
     mem = _group(tmp_path / "memory", cgroup_procs=f"{me}\n", memory_stat="total_rss 4096\n")
     mixed = replica_usage({"memory": mem}, me)
     assert mixed is not None
     assert (mixed.memory_bytes, mixed.source) == (4096, "cgroup+processes")
-    assert mixed.cpu_seconds is not None and mixed.cpu_seconds > 0
+    assert mixed.cpu_seconds is not None
+    assert mixed.cpu_seconds > 0
     assert replica_usage({}, me, start_time=1.0) is None  # the pid names another process now
     assert replica_usage({}, None) is None
 
@@ -146,11 +149,15 @@ def test_this_hosts_counters_are_real(tmp_path: Path) -> None:
     counters, per_pid = read_node("n1", tmp_path, nvml=nvml)
     assert counters.node == "n1"
     assert abs(counters.at - time.time()) < 60
-    assert counters.cpu_total_seconds and counters.cpu_busy_seconds is not None
+    assert counters.cpu_total_seconds
+    assert counters.cpu_busy_seconds is not None
     assert 0 <= counters.cpu_busy_seconds <= counters.cpu_total_seconds
-    assert counters.memory_total_bytes and 0 < (counters.memory_used_bytes or 0) <= counters.memory_total_bytes
-    assert counters.disk_total_bytes and 0 < (counters.disk_used_bytes or 0) <= counters.disk_total_bytes
-    assert counters.network_receive_bytes is not None and counters.network_transmit_bytes is not None
+    assert counters.memory_total_bytes
+    assert 0 < (counters.memory_used_bytes or 0) <= counters.memory_total_bytes
+    assert counters.disk_total_bytes
+    assert 0 < (counters.disk_used_bytes or 0) <= counters.disk_total_bytes
+    assert counters.network_receive_bytes is not None
+    assert counters.network_transmit_bytes is not None
     assert (counters.accelerators, counters.accelerator_telemetry, per_pid) == ((), False, {})
 
 
