@@ -296,7 +296,8 @@ class ExecutorContract:
         nodes = {n.node: n for n in await executor.sample([handle])}
         assert self.node in nodes, f"no telemetry for {self.node}: {sorted(nodes)}"
         node = nodes[self.node]
-        assert node.memory_total_bytes and node.memory_used_bytes
+        assert node.memory_total_bytes
+        assert node.memory_used_bytes
         assert 0 < node.memory_used_bytes <= node.memory_total_bytes
         assert node.cpu_utilization is not None or node.cpu_total_seconds
         assert [r.run_dir for r in node.replicas] == [handle.run_dir]
