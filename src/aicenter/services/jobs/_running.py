@@ -42,7 +42,7 @@ async def running_replicas(session: AsyncSession) -> list[RunningReplica]:
         .order_by(Replica.id)
     )
     out = []
-    for replica, workspace_id in rows.tuples():
+    for replica, workspace_id in rows.all():
         if not replica.handle:  # starting, the launch not recorded yet
             continue
         try:
