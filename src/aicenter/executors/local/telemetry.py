@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from aicenter.core.telemetry import AcceleratorReading, NodeCounters, ReplicaCou
 from aicenter.executors.base import ReplicaHandle
 from aicenter.executors.local.host import nvidia_type
 from aicenter.executors.rundir import launcher_record
-from aicenter.runtime.usage import replica_usage
+from aicenter.runtime.usage import children_map, replica_usage
 
 __all__ = ["Nvml", "default_nvml", "read_node", "read_replica", "read_replicas", "sample_host"]
 
@@ -228,12 +228,22 @@ def read_node(node: str, disk_path: Path | None, *, nvml: Nvml | None = None) ->
     return counters, per_pid
 
 
-def read_replica(handle: ReplicaHandle, gpu_per_pid: dict[int, int] | None = None) -> ReplicaCounters | None:
-    """A running replica's counters; None when it is not running (no record, ended, or another launcher's)."""
+def read_replica(
+    handle: ReplicaHandle,
+    gpu_per_pid: dict[int, int] | None = None,
+    children: Callable[[], dict[int, list[int]]] | None = None,
+) -> ReplicaCounters | None:
+    """A running replica's counters; None when it is not running (no record, ended, or another launcher's).
+
+    Args:
+        handle: The replica's handle.
+        gpu_per_pid: Device memory per pid (``Nvml.read``).
+        children: Gives ``runtime.usage.children_map()``, shared by a tick's replicas; None: psutil's own scan.
+    """
     record = launcher_record(handle)
     if record.get("state") != "running":
         return None
-    found = replica_usage(record.get("cgroups"), record.get("child_pid"), record.get("child_start_time"))
+    found = replica_usage(record.get("cgroups"), record.get("child_pid"), record.get("child_start_time"), children)
     if found is None:
         return None
     cpu, memory, pids, source = found
@@ -247,9 +257,16 @@ def read_replica(handle: ReplicaHandle, gpu_per_pid: dict[int, int] | None = Non
 def read_replicas(handles: Sequence[ReplicaHandle], gpu_per_pid: dict[int, int]) -> tuple[ReplicaCounters, ...]:
     """``read_replica`` of each handle; those not running are left out."""
     out = []
+    scanned: list[dict[int, list[int]]] = []
+
+    def children() -> dict[int, list[int]]:  # one /proc scan per tick, and only if a replica has no group
+        if not scanned:
+            scanned.append(children_map())
+        return scanned[0]
+
     for handle in handles:
         with contextlib.suppress(OSError):
-            if (counters := read_replica(handle, gpu_per_pid)) is not None:
+            if (counters := read_replica(handle, gpu_per_pid, children)) is not None:
                 out.append(counters)
     return tuple(out)
 
