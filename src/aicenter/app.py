@@ -18,7 +18,16 @@ from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, Req
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
 from aicenter.context import AppContext
-from aicenter.controllers import engine_nodes, heartbeat, image_builder, jobs, metrics_series, scheduling, store_gc
+from aicenter.controllers import (
+    engine_nodes,
+    heartbeat,
+    image_builder,
+    jobs,
+    metrics_series,
+    sampler,
+    scheduling,
+    store_gc,
+)
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
@@ -98,6 +107,7 @@ def build_executors(settings: Settings) -> dict[str, Executor]:
             bin_dir=settings.slurm_bin_dir or None,
             python=settings.engine_python or None,
             port_range=settings.slurm_port_range,
+            usage_interval_s=settings.metrics_sample_interval_s,
             jobcomp_file=settings.slurm_jobcomp_file or None,
             **sandbox,
         )
@@ -114,6 +124,7 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     image_builder.build,
     scheduling.build,
     jobs.build,
+    sampler.build,
 ]
 
 

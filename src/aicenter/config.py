@@ -294,6 +294,13 @@ class Settings(BaseSettings):
         description="The Python on Slurm nodes that runs the replica's launcher (aicenter must be importable "
         "by it); empty: this server's interpreter, the same path on every node.",
     )
+    metrics_sample_interval_s: float = Field(
+        default=15.0,
+        ge=1.0,
+        description="How often the sampler reads every node's CPU, memory, disk, network and accelerators and every "
+        "running replica's CPU and memory (series node.*, accelerator.*, replica.*); also how often Slurm replicas' "
+        "launchers write their usage file. One read costs ~1 ms of CPU per node.",
+    )
     engine_sync_s: float = Field(
         default=5.0,
         gt=0,

@@ -288,6 +288,26 @@ class ExecutorContract:
             with socket.socket() as sock:  # free now: we can bind it
                 sock.bind(("127.0.0.1", port))
 
+    async def test_sample_reports_the_node_and_a_running_replicas_use(self, executor: Executor, launch: Any) -> None:
+        # ~0.3 s of CPU and 64 MiB touched (bytes * n writes every page), then idle until stopped.
+        burn = "sum(range(3 * 10**6)); x = b'x' * (64 << 20); print('ready', flush=True); import time; time.sleep(300)"
+        handle = await launch(f"{PY} -c {shlex.quote(burn)}")
+        await self.wait_for_line(executor, handle, b"ready")
+        nodes = {n.node: n for n in await executor.sample([handle])}
+        assert self.node in nodes, f"no telemetry for {self.node}: {sorted(nodes)}"
+        node = nodes[self.node]
+        assert node.memory_total_bytes
+        assert node.memory_used_bytes
+        assert 0 < node.memory_used_bytes <= node.memory_total_bytes
+        assert node.cpu_utilization is not None or node.cpu_total_seconds
+        assert [r.run_dir for r in node.replicas] == [handle.run_dir]
+        replica = node.replicas[0]
+        assert replica.cpu_seconds is not None
+        assert replica.cpu_seconds > 0.05
+        assert replica.memory_bytes is not None
+        assert replica.memory_bytes >= 64 << 20
+        assert all(not n.replicas for name, n in nodes.items() if name != self.node)
+
     async def test_nodes_include_this_node(self, executor: Executor) -> None:
         nodes = await executor.nodes()
         assert self.node in {n.name for n in nodes}

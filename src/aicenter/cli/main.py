@@ -16,6 +16,7 @@ from aicenter import __version__
 from aicenter.cli import admin, auth, catalog, inventory, jobs, tenancy
 from aicenter.cli.common import STATE, CliError, Output, OutputOpt
 from aicenter.cli.simulate import simulate
+from aicenter.cli.top import top
 from aicenter.cli.up import up
 
 
@@ -159,6 +160,7 @@ app.command("up")(up)
 app.command("login")(auth.login)
 app.command("logout")(auth.logout)
 app.command("whoami")(auth.whoami)
+app.command("top")(top)
 app.add_typer(auth.profile_app, name="profile")
 app.add_typer(auth.token_app, name="token")
 app.add_typer(tenancy.user_app, name="user")

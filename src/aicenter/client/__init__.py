@@ -6,6 +6,7 @@
 """
 
 from aicenter.client._base import UNSET
+from aicenter.client._latest import LatestValue
 from aicenter.client.client import Client
 from aicenter.client.errors import ApiError, ConnectionFailed
 from aicenter.client.models import (
@@ -57,6 +58,7 @@ __all__ = [
     "JobEvent",
     "JobReplica",
     "JobTemplate",
+    "LatestValue",
     "LoginResult",
     "Member",
     "MyWorkspace",

@@ -17,6 +17,9 @@ Contract (checked for every executor by ``tests/contract/executor_suite.py``):
   is not the replica's.
 - ``logs`` yields the replica's combined stdout/stderr, each line prefixed by an ISO-8601 UTC timestamp and a
   space, from a byte offset; with ``follow`` it keeps yielding until the replica ended and the log is drained.
+- ``sample(handles)`` reads the telemetry of every node the executor can reach now
+  (``aicenter.core.telemetry.NodeCounters``: raw counters, no rates) with the counters of those of ``handles``
+  that run there; a replica that is not running is left out, and an unreachable node is missing, never an error.
 - Executors are used from one event loop; methods may block briefly on local files but never on the network
   without awaiting.
 """
@@ -30,6 +33,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from aicenter.core.telemetry import NodeCounters
+
 __all__ = [
     "ACCELERATOR_LABEL",
     "EXECUTOR_LABEL",
@@ -40,6 +45,7 @@ __all__ = [
     "Executor",
     "HostInfo",
     "LaunchFailed",
+    "NodeCounters",
     "ReplicaHandle",
     "ReplicaPlan",
     "ReplicaState",
@@ -259,6 +265,14 @@ class Executor(Protocol):
 
     async def nodes(self) -> list[HostInfo]:
         """The hosts this executor can run replicas on."""
+        ...
+
+    async def sample(self, handles: Sequence[ReplicaHandle]) -> list[NodeCounters]:
+        """Telemetry of this executor's nodes, each with the counters of the running replicas of ``handles`` on it.
+
+        Cheap by contract: the sampler calls it every ``AICENTER_METRICS_SAMPLE_INTERVAL_S`` (15 s) and must stay
+        under 1 % of a core per node. Never raises for a node or replica it cannot read: it leaves it out.
+        """
         ...
 
     async def close(self) -> None:

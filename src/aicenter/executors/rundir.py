@@ -66,6 +66,7 @@ def launcher_plan(
     pids_max: int,
     cgroups: bool,
     cgroup_parent: str,
+    usage_interval_s: float = 0.0,
 ) -> LauncherPlan:
     """The launcher's plan of ``plan``: its sandbox (None: unsandboxed) and the variables it changes."""
     return LauncherPlan(
@@ -82,6 +83,7 @@ def launcher_plan(
         pids_max=pids_max,
         cgroups=cgroups,
         cgroup_parent=cgroup_parent,
+        usage_interval_s=usage_interval_s,
     )
 
 

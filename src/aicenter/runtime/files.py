@@ -10,6 +10,8 @@ A run directory belongs to one replica attempt:
 - ``launcher.log``: the launcher's own messages (it never writes into the job's output).
 - ``launcher.lock``: held (flock) by the launcher while it lives, so a run directory never has two.
 - ``metrics.jsonl``: what ``aicenter.runtime.report`` appended.
+- ``usage.json``: the replica's CPU and memory, written by the launcher when its plan asks
+  (``aicenter.runtime.usage``).
 
 This module is imported by the launcher inside the job's host, so it stays small and free of server imports
 (and of ``tempfile`` and ``dataclasses``, whose imports cost the launcher's start-up ~4 and ~8 ms).
@@ -68,6 +70,8 @@ class LauncherPlan(NamedTuple):
         cgroups: Enforce the limits in a control group where the host allows (``aicenter.runtime.cgroups``);
             False keeps the memory watchdog alone.
         cgroup_parent: The group to hold the replica's group instead of the default; "" for the default.
+        usage_interval_s: Write the replica's CPU and memory into ``usage.json`` this often
+            (``aicenter.runtime.usage``), for an executor that cannot read the node's ``/proc``; 0: never.
     """
 
     command: str
@@ -83,6 +87,7 @@ class LauncherPlan(NamedTuple):
     pids_max: int = 0
     cgroups: bool = True
     cgroup_parent: str = ""
+    usage_interval_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -99,6 +104,8 @@ class LauncherPlan(NamedTuple):
             "cgroups": self.cgroups,
             "cgroup_parent": self.cgroup_parent,
         }
+        if self.usage_interval_s > 0:
+            data["usage_interval_s"] = self.usage_interval_s
         if self.sandbox is not None:  # absent rather than null: an unsandboxed plan reads as it always did
             data["sandbox"] = self.sandbox
         return data
@@ -120,6 +127,7 @@ class LauncherPlan(NamedTuple):
             pids_max=int(data.get("pids_max") or 0),
             cgroups=bool(data.get("cgroups", True)),
             cgroup_parent=str(data.get("cgroup_parent") or ""),
+            usage_interval_s=float(data.get("usage_interval_s") or 0.0),
         )
 
 

@@ -21,7 +21,9 @@ run directory (see ``aicenter.runtime.files``). The launcher:
    script, which execs the launcher, and nothing else);
 5. when the command exits, kills what is left of its process group and of its control group (which holds
    also what left the process group with ``setsid``), drains the output, removes the control group and
-   writes the final ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0.
+   writes the final ``status.json`` (exit code, negative for a signal; reason; finished_at), then exits 0;
+6. with ``usage_interval_s`` in its plan, writes the replica's CPU and memory into ``usage.json`` that often
+   (``aicenter.runtime.usage``): the sampler's source where the server cannot read the node's ``/proc``.
 
 With a sandbox in the plan (``aicenter.runtime.sandbox``), the command runs as ``bwrap ... /bin/sh -c`` in the
 same process group. bwrap's outer process dies of a SIGTERM (it forwards nothing), so a stop is sent to every
@@ -340,6 +342,27 @@ class _Supervisor:
                 _kill_group(pid, signal.SIGKILL)
                 return
 
+    def _write_usage(self, pid: int) -> None:
+        """Every ``usage_interval_s``: the replica's usage into ``usage.json`` (for Slurm's sampler)."""
+        from aicenter.runtime.usage import USAGE_FILE, replica_usage  # lazy, as psutil: after the start
+
+        dirs = {} if self.group is None else dict(self.group.dirs)
+        while True:
+            found = replica_usage(dirs, pid)
+            if found is not None:
+                with contextlib.suppress(OSError):  # a full disk: the next write may succeed
+                    write_json_atomic(
+                        self.run_dir / USAGE_FILE,
+                        {
+                            "at": time.time(),
+                            "cpu_seconds": found.cpu_seconds,
+                            "memory_bytes": found.memory_bytes,
+                            "source": found.source,
+                        },
+                    )
+            if self.finished.wait(self.plan.usage_interval_s):
+                return
+
     def _watch_anchor(self, child: int, pid: int, start_time: float) -> None:
         """Kill the command's group (the sandbox's too) once the anchor is gone (module docstring: ``--anchor``);
         what left the group (setsid) dies with the control group after the wait, as after any exit."""
@@ -435,6 +458,8 @@ class _Supervisor:
             threading.Thread(target=self._watch_memory, args=(child.pid,), daemon=True).start()
         if self.anchor is not None:
             threading.Thread(target=self._watch_anchor, args=(child.pid, *self.anchor), daemon=True).start()
+        if plan.usage_interval_s > 0:
+            threading.Thread(target=self._write_usage, args=(child.pid,), daemon=True).start()
 
         exit_code = child.wait()
         if plan.sandbox is not None and 128 < exit_code <= 128 + 64:

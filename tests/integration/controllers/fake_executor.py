@@ -5,11 +5,19 @@ run dir that already has a replica returns that replica instead of starting a se
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from aicenter.core.clock import utcnow
-from aicenter.executors.base import HostInfo, LaunchFailed, ReplicaHandle, ReplicaPlan, ReplicaState, ReplicaStatus
+from aicenter.executors.base import (
+    HostInfo,
+    LaunchFailed,
+    NodeCounters,
+    ReplicaHandle,
+    ReplicaPlan,
+    ReplicaState,
+    ReplicaStatus,
+)
 
 
 @dataclass
@@ -59,6 +67,9 @@ class FakeExecutor:
         return list(range(20000, 20000 + count))
 
     async def nodes(self) -> list[HostInfo]:
+        return []
+
+    async def sample(self, handles: Sequence[ReplicaHandle]) -> list[NodeCounters]:
         return []
 
     async def close(self) -> None:

@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -29,6 +29,7 @@ import psutil
 from aicenter.executors.base import (
     HostInfo,
     LaunchFailed,
+    NodeCounters,
     ReplicaHandle,
     ReplicaPlan,
     ReplicaState,
@@ -41,6 +42,7 @@ from aicenter.executors.local.sandboxing import (
     isolate_network,
     replica_sandbox,
 )
+from aicenter.executors.local.telemetry import sample_host
 from aicenter.executors.rundir import (
     exited_status,
     launcher_argv,
@@ -424,6 +426,12 @@ class LocalExecutor:
         """This host, named ``node_name``."""
         host = await asyncio.to_thread(detect_host)
         return [replace(host, name=self.node_name)]
+
+    async def sample(self, handles: Sequence[ReplicaHandle]) -> list[NodeCounters]:
+        """This host's counters (disk: the filesystem of ``root``, the jobs' directories) with the running
+        replicas of ``handles`` that are this node's (``aicenter.executors.local.telemetry``)."""
+        mine = [h for h in handles if h.node == self.node_name]
+        return [await asyncio.to_thread(sample_host, self.node_name, self.root, mine)]
 
     async def close(self) -> None:
         """Nothing to let go of: replicas are files and processes on this host."""

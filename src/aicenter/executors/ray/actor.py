@@ -19,16 +19,19 @@ import os
 import socket
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import ray
 import ray.actor
 
+from aicenter.core.telemetry import NodeCounters
 from aicenter.executors.base import ReplicaHandle, ReplicaPlan, ReplicaStatus
 from aicenter.executors.local import LocalExecutor
+from aicenter.executors.local.telemetry import sample_host
 from aicenter.runtime.launcher import create_time
 
-__all__ = ["ReplicaActor", "free_ports", "stop_on_node"]
+__all__ = ["ReplicaActor", "free_ports", "sample_node", "stop_on_node"]
 
 log = logging.getLogger(__name__)
 
@@ -118,3 +121,9 @@ def free_ports(count: int, exclude: Sequence[int]) -> list[int]:
         for sock in sockets:
             sock.close()
     return ports
+
+
+@ray.remote(num_cpus=0)
+def sample_node(node: str, disk_path: str | None, handles: Sequence[ReplicaHandle]) -> NodeCounters:
+    """This node's counters with its replicas' (``aicenter.executors.local.telemetry``), read on the node."""
+    return sample_host(node, None if disk_path is None else Path(disk_path), handles)

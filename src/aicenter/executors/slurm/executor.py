@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from aicenter.executors.base import (
     NODE_LOST_REASON,
     HostInfo,
     LaunchFailed,
+    NodeCounters,
     ReplicaHandle,
     ReplicaPlan,
     ReplicaState,
@@ -45,6 +46,7 @@ from aicenter.executors.base import (
 )
 from aicenter.executors.local import LocalExecutor
 from aicenter.executors.local.sandboxing import SandboxMode, replica_sandbox
+from aicenter.executors.local.telemetry import sample_host
 from aicenter.executors.rundir import (
     exited_status,
     launcher_argv,
@@ -69,6 +71,7 @@ from aicenter.executors.slurm.commands import (
     sbatch_args,
 )
 from aicenter.executors.slurm.inventory import SlurmNode, parse_nodes
+from aicenter.executors.slurm.telemetry import node_counters, usage_file_counters
 from aicenter.runtime.files import LAUNCHER_LOG, PLAN_FILE, STATUS_FILE, parse_stamp, read_json, write_json_atomic
 from aicenter.runtime.launcher import launcher_env
 
@@ -132,6 +135,8 @@ class SlurmExecutor:
         jobcomp_file: A ``jobcomp/filetxt`` file to read instead when there is no accounting; None: none.
         port_range: ``FIRST-LAST``, the ports ``allocate_ports`` hands out on nodes other than this host;
             default ``20000-29999`` (the server's setting ``AICENTER_SLURM_PORT_RANGE``).
+        usage_interval_s: How often each replica's launcher writes its CPU and memory for ``sample``
+            (``aicenter.executors.slurm.telemetry``); the server's ``AICENTER_METRICS_SAMPLE_INTERVAL_S``.
     """
 
     name = "slurm"
@@ -153,6 +158,7 @@ class SlurmExecutor:
         accounting: bool | Literal["auto"] = "auto",
         jobcomp_file: Path | str | None = None,
         port_range: str | None = None,
+        usage_interval_s: float = 15.0,
     ) -> None:
         self.root = root
         self.partition = partition
@@ -167,6 +173,7 @@ class SlurmExecutor:
         self.accounting = accounting
         self.jobcomp_file = None if jobcomp_file is None else Path(jobcomp_file)
         self.port_range = _port_range(port_range or "20000-29999")
+        self.usage_interval_s = usage_interval_s
         self._env = dict(os.environ)
         if slurm_conf is not None:
             self._env["SLURM_CONF"] = str(slurm_conf)
@@ -340,6 +347,7 @@ class SlurmExecutor:
                 pids_max=self.pids_max,
                 cgroups=self.cgroups,
                 cgroup_parent=self.cgroup_parent,
+                usage_interval_s=self.usage_interval_s,
             )
             await asyncio.to_thread(write_plan, run_dir, plan_of_launcher)
         except OSError as exc:
@@ -554,6 +562,28 @@ class SlurmExecutor:
             for name, n in nodes.items()
             if n.up and (not self.partition or self.partition in n.partitions)
         ]
+
+    async def sample(self, handles: Sequence[ReplicaHandle]) -> list[NodeCounters]:
+        """Every usable node's counters: this host's read locally, the others' from ``scontrol`` and their
+        replicas' ``usage.json`` (``aicenter.executors.slurm.telemetry`` says why). Slurm unreachable: none."""
+        try:
+            nodes = await self._slurm_nodes()
+        except LaunchFailed as exc:
+            log.info("no Slurm telemetry this time: %s", exc)
+            return []
+        out = []
+        now = time.time()
+        for name, node in nodes.items():
+            if not node.up or (self.partition and self.partition not in node.partitions):
+                continue
+            mine = [h for h in handles if h.node == name]
+            address = node.host.address
+            if address.startswith("127.") or address in _LOCAL_NAMES:
+                out.append(await asyncio.to_thread(sample_host, name, self.root, mine))
+                continue
+            replicas = await asyncio.to_thread(usage_file_counters, mine, now=now, interval_s=self.usage_interval_s)
+            out.append(replace(node_counters(node, name, now), replicas=replicas))
+        return out
 
     async def close(self) -> None:
         """Nothing to let go of: every call is a Slurm command of its own."""

@@ -77,6 +77,8 @@ class SlurmNode:
         name: Slurm's own name of the node (``host.name`` is the same; the executor lower-cases it for aicenter).
         partitions: The partitions that hold it.
         gres: Its ``Gres=`` value as Slurm wrote it (``gpu:a100:2``), for the executor's ``--gres`` requests.
+        cpu_load: ``CPULoad``, the node's load average as slurmd last reported it; None when Slurm has none.
+        free_memory_bytes: ``FreeMem``, the node's free memory as slurmd last reported it; None when unknown.
     """
 
     host: HostInfo
@@ -86,6 +88,8 @@ class SlurmNode:
     name: str = ""
     partitions: tuple[str, ...] = ()
     gres: str = ""
+    cpu_load: float | None = None
+    free_memory_bytes: int | None = None
 
 
 def split_fields(line: str) -> dict[str, str]:
@@ -216,7 +220,17 @@ def parse_node(fields: Mapping[str, str]) -> SlurmNode:
         name=name,
         partitions=partitions,
         gres=fields.get("Gres", ""),
+        cpu_load=_number(fields.get("CPULoad", "")),
+        free_memory_bytes=None if (free := _number(fields.get("FreeMem", ""))) is None else int(free * 2**20),
     )
+
+
+def _number(text: str) -> float | None:
+    """A float field; None for ``N/A`` and anything else that is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def parse_nodes(text: str) -> list[SlurmNode]:

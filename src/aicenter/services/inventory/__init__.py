@@ -7,7 +7,13 @@ register the hosts they find through ``register_host`` and keep them alive with 
 
 from aicenter.core.pools import is_member, pools_of, selector_matches
 from aicenter.services.inventory._common import UNSET, check_labels
-from aicenter.services.inventory._hosts import heartbeat, mark_lost_nodes, register_host, sync_engine_hosts
+from aicenter.services.inventory._hosts import (
+    heartbeat,
+    mark_lost_nodes,
+    node_ids,
+    register_host,
+    sync_engine_hosts,
+)
 from aicenter.services.inventory._nodes import (
     AcceleratorInput,
     NodeView,
@@ -73,6 +79,7 @@ __all__ = [
     "list_pools",
     "list_specs",
     "mark_lost_nodes",
+    "node_ids",
     "pool_nodes",
     "pools_of",
     "register_host",

@@ -239,3 +239,9 @@ async def sync_engine_hosts(
         )
     await session.flush()
     return ready, gone
+
+
+async def node_ids(session: AsyncSession) -> dict[str, int]:
+    """Every node's id by name (internal: the sampler labels what executors report by node name)."""
+    rows = await session.execute(select(Node.name, Node.id))
+    return {str(row[0]): int(row[1]) for row in rows.all()}

@@ -51,6 +51,7 @@ from aicenter.services.jobs._reconcile import (
     replica_plans,
 )
 from aicenter.services.jobs._replicas import change_replica
+from aicenter.services.jobs._running import RunningReplica, running_replicas
 from aicenter.services.jobs._runtime import (
     HOST_IMAGE,
     Content,
@@ -108,6 +109,7 @@ __all__ = [
     "MetricSeries",
     "NodeRef",
     "ReplicaInfo",
+    "RunningReplica",
     "SchedulingCluster",
     "SchedulingIds",
     "SchedulingJob",
@@ -156,6 +158,7 @@ __all__ = [
     "request_stop",
     "resolve_workspace",
     "resubmit_job",
+    "running_replicas",
     "set_pending_reasons",
     "stop_job",
     "submit_job",
