@@ -78,6 +78,69 @@ class PlatformCollector(Collector):
             "aicenter_store_bytes", "Bytes of the distinct blobs catalog versions list.", [], {(): s.store_bytes}
         )
         yield _gauge("aicenter_store_objects", "Distinct blobs catalog versions list.", [], {(): s.store_objects})
+        yield from _cluster_families(s.cluster)
+
+
+def _cluster_families(c: monitoring.ClusterSnapshot) -> Iterator[Metric]:
+    """Per node, per workspace and per lease: capacity and allocation from the registry, use as sampled."""
+    yield _gauge(
+        "aicenter_node_info", "A node's executor and state; always 1.", ["node", "executor", "state"], c.node_info
+    )
+    yield _gauge(
+        "aicenter_node_pool_info",
+        "A pool the node is in (pools overlap); always 1.",
+        ["node", "pool"],
+        c.node_pools,
+    )
+    yield _gauge("aicenter_node_cpu_cores", "CPU cores of the node.", ["node"], c.node_cpu_cores)
+    yield _gauge(
+        "aicenter_node_cpu_cores_allocated",
+        "CPU cores allocated to replicas on the node.",
+        ["node"],
+        c.node_cpu_cores_allocated,
+    )
+    yield _gauge("aicenter_node_memory_bytes", "Memory of the node.", ["node"], c.node_memory_bytes)
+    yield _gauge(
+        "aicenter_node_memory_allocated_bytes",
+        "Memory allocated to replicas on the node.",
+        ["node"],
+        c.node_memory_allocated_bytes,
+    )
+    yield _gauge("aicenter_node_accelerators", "Accelerators of the node.", ["node", "type"], c.node_accelerators)
+    yield _gauge(
+        "aicenter_node_accelerators_allocated",
+        "Accelerators allocated to replicas on the node, by type.",
+        ["node", "type"],
+        c.node_accelerators_allocated,
+    )
+    yield _gauge(
+        "aicenter_workspace_cpu_cores_allocated",
+        "CPU cores allocated to the workspace's replicas.",
+        ["workspace"],
+        c.workspace_cpu_cores_allocated,
+    )
+    yield _gauge(
+        "aicenter_workspace_accelerators_allocated",
+        "Accelerators allocated to the workspace's replicas, by type.",
+        ["workspace", "type"],
+        c.workspace_accelerators_allocated,
+    )
+    yield _gauge(
+        "aicenter_controller_lease_held",
+        "Whether a live holder has the controller's named lease (1) or not (0).",
+        ["lease"],
+        {lease: 1 if holder else 0 for lease, holder in c.leases.items()},
+    )
+    yield _gauge(
+        "aicenter_controller_lease_holder",
+        "The replica (host:pid) that holds the controller's named lease; always 1.",
+        ["lease", "holder"],
+        {(lease, holder): 1 for lease, holder in c.leases.items() if holder},
+    )
+    for family in monitoring.USED_FAMILIES:
+        yield _gauge(family.metric, family.help, list(family.labels), c.used.get(family.metric, {}))
+    for metric, doc in monitoring.WORKSPACE_USED.values():
+        yield _gauge(metric, doc, ["workspace"], c.used.get(metric, {}))
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: Mapping[Any, float]) -> GaugeMetricFamily:
@@ -96,9 +159,10 @@ class BuildInfoCollector(Collector):
 
 
 class Metrics:
-    """One app's registry and the metrics its middleware updates."""
+    """One app's registry: the metrics its middleware updates, the platform snapshot and the process telemetry
+    (``AppContext.telemetry``: scheduler cycles, service requests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, telemetry: monitoring.ProcessTelemetry | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter(
             "aicenter_http_requests",
@@ -116,6 +180,8 @@ class Metrics:
         self.platform = PlatformCollector()
         self.registry.register(self.platform)
         self.registry.register(BuildInfoCollector())
+        for collector in (telemetry or monitoring.ProcessTelemetry()).collectors():
+            self.registry.register(collector)
 
 
 class HttpMetricsMiddleware:
