@@ -12,6 +12,7 @@ from prometheus_client.samples import Sample
 
 from aicenter import __version__
 from aicenter.core.clock import utcnow
+from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Pool, Replica, Workspace
 from tests.factories import admin_login, make_user
@@ -127,6 +128,62 @@ async def test_families_types_and_labels(
         "aicenter_http_request_duration_seconds_count",
         "aicenter_http_request_duration_seconds_sum",
     }
+
+
+async def test_nodes_workspaces_leases_and_process_families(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str
+) -> None:
+    await _seed(db)
+    assert await leases.acquire(db, "scheduler", "host-a:42", ttl_s=60) is not None
+    gone = await leases.acquire(db, "store-gc", "host-b:7", ttl_s=60)
+    assert gone is not None
+    await leases.release(db, gone)
+    app.state.ctx.telemetry.observe_cycle(0.003, {("gpu", "started"): 2, ("gpu", "preempted"): 1})
+    families = await _scrape(client, app, scraper_token)
+
+    assert _values(families["aicenter_node_info"][1]) == {
+        (("executor", "local"), ("node", "gpu-01"), ("state", "ready")): 1,
+        (("executor", "slurm"), ("node", "cpu-01"), ("state", "not_ready")): 1,
+    }
+    # The default pool (empty selector) holds every node; "gpu" has an empty selector too in this seed.
+    pools = {tuple(v for _, v in k) for k in _values(families["aicenter_node_pool_info"][1])}
+    assert {("gpu-01", "gpu"), ("cpu-01", "gpu")} <= pools
+    assert _values(families["aicenter_node_cpu_cores"][1]) == {(("node", "gpu-01"),): 16, (("node", "cpu-01"),): 8}
+    assert _values(families["aicenter_node_cpu_cores_allocated"][1]) == {
+        (("node", "gpu-01"),): 4,
+        (("node", "cpu-01"),): 0,
+    }
+    assert _values(families["aicenter_node_memory_bytes"][1])[(("node", "cpu-01"),)] == 2**34
+    assert _values(families["aicenter_node_accelerators"][1]) == {(("node", "gpu-01"), ("type", "nvidia-a100")): 2}
+    assert _values(families["aicenter_node_accelerators_allocated"][1]) == {
+        (("node", "gpu-01"), ("type", "nvidia-a100")): 1
+    }
+    assert _values(families["aicenter_workspace_cpu_cores_allocated"][1]) == {(("workspace", "vision"),): 4}
+    assert _values(families["aicenter_workspace_accelerators_allocated"][1]) == {
+        (("type", "nvidia-a100"), ("workspace", "vision")): 1
+    }
+    held = _values(families["aicenter_controller_lease_held"][1])
+    assert held == {(("lease", "scheduler"),): 1, (("lease", "store-gc"),): 0}
+    assert _values(families["aicenter_controller_lease_holder"][1]) == {
+        (("holder", "host-a:42"), ("lease", "scheduler")): 1
+    }
+
+    cycles_type, cycles = families["aicenter_scheduler_cycle_duration_seconds"]
+    assert cycles_type == "histogram"
+    assert _values(cycles, "aicenter_scheduler_cycle_duration_seconds_count") == {(): 1}
+    decisions_type, decisions = families["aicenter_scheduler_decisions"]
+    assert decisions_type == "counter"
+    assert _values(decisions, "aicenter_scheduler_decisions_total") == {
+        (("kind", "started"), ("pool", "gpu")): 2,
+        (("kind", "preempted"), ("pool", "gpu")): 1,
+    }
+    # Serving's families are declared (dashboards and alerts can name them) and empty until services run.
+    assert families["aicenter_service_requests"] == ("counter", [])
+    assert families["aicenter_service_request_duration_seconds"] == ("histogram", [])
+    assert families["aicenter_service_replicas"] == ("gauge", [])
+    # No sampler has written: the "used" families are declared, without samples.
+    assert families["aicenter_node_cpu_utilization_ratio"] == ("gauge", [])
+    assert families["aicenter_accelerator_utilization_ratio"] == ("gauge", [])
 
 
 async def test_access(client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str) -> None:
