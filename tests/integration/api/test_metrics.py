@@ -9,12 +9,15 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from sqlalchemy import select
 
 from aicenter import __version__
 from aicenter.core.clock import utcnow
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Pool, Replica, Workspace
+from aicenter.services.monitoring import Sample as Point
+from aicenter.services.monitoring import record_samples
 from tests.factories import admin_login, make_user
 
 SCRAPER_TOKEN = "scrape-me-0123456789"
@@ -184,6 +187,42 @@ async def test_nodes_workspaces_leases_and_process_families(
     # No sampler has written: the "used" families are declared, without samples.
     assert families["aicenter_node_cpu_utilization_ratio"] == ("gauge", [])
     assert families["aicenter_accelerator_utilization_ratio"] == ("gauge", [])
+
+
+async def test_used_families_from_the_samplers_latest_values(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str
+) -> None:
+    await _seed(db)
+    async with db.read() as session:
+        ws = (await session.execute(select(Workspace.id).where(Workspace.name == "vision"))).scalar_one()
+        job = (await session.execute(select(Job.id).where(Job.status == "running"))).scalar_one()
+        node = (await session.execute(select(Node.id).where(Node.name == "gpu-01"))).scalar_one()
+    now = utcnow()
+    gpu = {"node": "gpu-01", "device": "0", "type": "nvidia-a100"}
+    replica = {"workspace_id": ws, "job_id": job, "node_id": node}
+    samples = [
+        Point("node.cpu_utilization", now - timedelta(seconds=30), 0.2, {"node": "gpu-01"}, node_id=node),
+        Point("node.cpu_utilization", now, 0.25, {"node": "gpu-01"}, node_id=node),  # the newest counts
+        Point("node.memory_used_bytes", now, 2.0**33, {"node": "gpu-01"}, node_id=node),
+        # cpu-01 stopped reporting an hour ago: not "used" any more.
+        Point("node.cpu_utilization", now - timedelta(hours=1), 0.9, {"node": "cpu-01"}),
+        Point("accelerator.utilization", now, 0.75, gpu, node_id=node),
+        Point("accelerator.temperature_celsius", now, 61.0, gpu, node_id=node),
+        Point("replica.cpu_cores", now, 1.5, {"task": "worker", "replica": "0"}, **replica),
+        Point("replica.cpu_cores", now, 0.5, {"task": "worker", "replica": "1"}, **replica),
+        Point("report.loss", now, 0.1, {"task": "worker", "replica": "0"}, **replica),  # not for Prometheus
+    ]
+    async with db.write() as session:
+        await record_samples(session, samples)
+    families = await _scrape(client, app, scraper_token)
+    assert _values(families["aicenter_node_cpu_utilization_ratio"][1]) == {(("node", "gpu-01"),): 0.25}
+    assert _values(families["aicenter_node_memory_used_bytes"][1]) == {(("node", "gpu-01"),): 2.0**33}
+    labels = (("device", "0"), ("node", "gpu-01"), ("type", "nvidia-a100"))
+    assert _values(families["aicenter_accelerator_utilization_ratio"][1]) == {labels: 0.75}
+    assert _values(families["aicenter_accelerator_temperature_celsius"][1]) == {labels: 61}
+    # Replica series are summed per workspace: a label per job or replica would be unbounded.
+    assert _values(families["aicenter_workspace_cpu_cores_used"][1]) == {(("workspace", "vision"),): 2.0}
+    assert not any("loss" in name for name in families)
 
 
 async def test_access(client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str) -> None:

@@ -23,6 +23,7 @@ from aicenter.core.clock import utcnow
 from aicenter.core.jobs import ReplicaStatus
 from aicenter.core.pools import pools_of
 from aicenter.db.models import Job, Lease, Node, Pool, Replica, Workspace
+from aicenter.services.monitoring._series_query import latest_values
 
 # Replicas that hold their node's resources: planned on it, launching or running.
 HOLDING = (ReplicaStatus.PENDING.value, ReplicaStatus.STARTING.value, ReplicaStatus.RUNNING.value)
@@ -137,12 +138,13 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-async def cluster_snapshot(session: AsyncSession, latest: Sequence[LatestValueLike] = ()) -> ClusterSnapshot:
-    """Read the per-node, per-workspace and lease numbers; ``latest`` are the samplers' latest values.
+async def cluster_snapshot(session: AsyncSession, latest: Sequence[LatestValueLike] | None = None) -> ClusterSnapshot:
+    """Read the per-node, per-workspace and lease numbers, and the samplers' latest values.
 
     Args:
         session: A read session.
-        latest: The latest values of the ``node.``, ``accelerator.`` and ``replica.`` series.
+        latest: The latest values of the ``node.``, ``accelerator.`` and ``replica.`` series; None: read them
+            (``latest_values``, no older than ``USED_MAX_AGE_S``).
     """
     snap = ClusterSnapshot()
     pools = list((await session.scalars(select(Pool))).all())
@@ -208,6 +210,12 @@ async def cluster_snapshot(session: AsyncSession, latest: Sequence[LatestValueLi
         live = owner is not None and expires is not None and _aware(expires) > now
         snap.leases[lease] = owner if live else None
 
+    if latest is None:
+        latest = [
+            value
+            for prefix in USED_PREFIXES
+            for value in await latest_values(session, None, prefix=prefix, max_age_s=USED_MAX_AGE_S)
+        ]
     if latest:
         snap.used.update(await _used(session, latest))
     return snap
