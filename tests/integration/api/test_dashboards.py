@@ -5,11 +5,8 @@ that ``/metrics`` of a real app exports (scraped in-process after a node and a j
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,70 +17,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Workspace
 from tests.factories import admin_login
+from tests.support.dashboards import (
+    DASHBOARDS,
+    GRAFANA,
+    VARIABLE,
+    concrete,
+    dashboards,
+    expressions,
+    metric_names,
+    panels,
+    variable_metrics,
+)
 
-ROOT = Path(__file__).resolve().parents[3]
-GRAFANA = ROOT / "deploy" / "grafana"
-DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 PROMTOOL = Path("/usr/bin/promtool")
 # Prometheus' own series a dashboard may use besides ours.
 PROMETHEUS_OWN = {"up"}
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_VALUES = re.compile(r"^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)$")
-_VARIABLE = re.compile(r"\$\{?(\w+)(?::\w+)?\}?")
-
-
-def _dashboards() -> dict[str, dict[str, Any]]:
-    return {path.name: json.loads(path.read_text()) for path in DASHBOARDS}
-
-
-def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
-        yield panel
-        yield from _panels(panel.get("panels", []))  # panels inside a collapsed row
-
-
-def _expressions(board: dict[str, Any]) -> list[str]:
-    return [t["expr"] for p in _panels(board["panels"]) for t in p.get("targets", [])]
-
-
-def _variable_metrics(board: dict[str, Any]) -> list[str]:
-    """The metric of every ``label_values(metric, label)`` variable query."""
-    out = []
-    for variable in board["templating"]["list"]:
-        if variable["type"] != "query":
-            continue
-        query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
-        match = _LABEL_VALUES.match(query)
-        assert match, f"variable {variable['name']}: {query!r} is not label_values(metric, label)"
-        out.append(match.group(1))
-    return out
-
-
-def concrete(expr: str) -> str:
-    """The expression as Grafana sends it: ``$__rate_interval`` and friends become a duration, a dashboard
-    variable (always used inside a regex matcher) matches everything."""
-    return _VARIABLE.sub(lambda m: "1m" if m.group(1).startswith("__") else ".*", expr)
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects (string literals, label matchers, ranges and grouping
-    clauses removed; what is left that is not a function, an aggregation or a keyword)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)
-    text = re.sub(r"\{[^}]*\}", " ", text)
-    text = re.sub(r"\[[^\]]*\]", " ", text)
-    text = _GROUPING.sub(" ", text)
-    names = set()
-    for match in _IDENT.finditer(text):
-        rest = text[match.end() :].lstrip()
-        before = text[: match.start()]
-        if rest.startswith("(") or match.group() in _KEYWORDS:
-            continue
-        if before and (before[-1].isdigit() or before[-1] == "."):  # the "e3" of 1e3, a duration's unit
-            continue
-        names.add(match.group())
-    return names
 
 
 def test_metric_names_reads_selectors_not_functions_labels_or_keywords() -> None:
@@ -101,7 +49,7 @@ def test_metric_names_reads_selectors_not_functions_labels_or_keywords() -> None
 
 
 def test_dashboards_are_grafana_json() -> None:
-    boards = _dashboards()
+    boards = dashboards()
     assert set(boards) == {"cluster.json", "node.json", "job.json", "service.json"}
     uids = [b["uid"] for b in boards.values()]
     assert len(set(uids)) == len(uids)
@@ -111,9 +59,9 @@ def test_dashboards_are_grafana_json() -> None:
         assert board["title"].startswith("aicenter / ")
         names = [v["name"] for v in board["templating"]["list"]]
         assert names[0] == "datasource", f"{name}: the datasource is a variable, so the JSON imports anywhere"
-        ids = [p["id"] for p in _panels(board["panels"])]
+        ids = [p["id"] for p in panels(board["panels"])]
         assert len(set(ids)) == len(ids), f"{name}: panel ids repeat"
-        for panel in _panels(board["panels"]):
+        for panel in panels(board["panels"]):
             pos = panel["gridPos"]
             assert pos["x"] >= 0, (name, panel["title"])
             assert pos["x"] + pos["w"] <= 24, (name, panel["title"])
@@ -124,7 +72,7 @@ def test_dashboards_are_grafana_json() -> None:
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, panel["title"])
             for target in panel["targets"]:
                 assert target["expr"].strip(), (name, panel["title"])
-                used = set(_VARIABLE.findall(target["expr"])) - {"__rate_interval"}
+                used = set(VARIABLE.findall(target["expr"])) - {"__rate_interval"}
                 assert used <= set(names), f"{name} {panel['title']}: undefined variables {used - set(names)}"
     assert DASHBOARDS  # not vacuous
     node_vars = [v["name"] for v in boards["node.json"]["templating"]["list"]]
@@ -144,8 +92,8 @@ def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
         pytest.skip("Debian's promtool is not installed (apt-get install -y --no-install-recommends prometheus)")
     rules = [
         {"record": f"aicenter_dashboard:{Path(name).stem}_{i}", "expr": concrete(expr)}
-        for name, board in _dashboards().items()
-        for i, expr in enumerate(_expressions(board))
+        for name, board in dashboards().items()
+        for i, expr in enumerate(expressions(board))
     ]
     assert len(rules) >= 40
     path = tmp_path / "dashboards.rules.yml"
@@ -186,9 +134,9 @@ async def test_every_metric_a_dashboard_names_is_exported(
     assert "aicenter_service_requests_total" in exported
 
     missing: dict[str, set[str]] = {}
-    for name, board in _dashboards().items():
-        named = set(_variable_metrics(board))
-        for expr in _expressions(board):
+    for name, board in dashboards().items():
+        named = set(variable_metrics(board))
+        for expr in expressions(board):
             found = metric_names(concrete(expr))
             assert found, f"{name}: {expr!r} names no metric"
             named |= found
