@@ -8,7 +8,6 @@ values with 5-minute and hourly rollups, queried by range with server-side downs
 
 from aicenter.services.monitoring._cluster import (
     USED_FAMILIES,
-    USED_PREFIXES,
     WORKSPACE_USED,
     ClusterSnapshot,
     UsedFamily,
@@ -38,7 +37,6 @@ __all__ = [
     "NO_POOL",
     "ROLLUP_STEPS",
     "USED_FAMILIES",
-    "USED_PREFIXES",
     "WORKSPACE_USED",
     "ClusterSnapshot",
     "DecisionKind",

@@ -10,20 +10,19 @@ reporting drops out of the "used" families instead of showing its last value for
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import ScalarSelect, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
 from aicenter.core.jobs import ReplicaStatus
 from aicenter.core.pools import pools_of
-from aicenter.db.models import Job, Lease, Node, Pool, Replica, Workspace
-from aicenter.services.monitoring._series_query import latest_values
+from aicenter.db.models import Job, Lease, MetricPoint, MetricSeries, Node, Pool, Replica, Workspace
+from aicenter.services.monitoring._series import to_ms
 
 # Replicas that hold their node's resources: planned on it, launching or running.
 HOLDING = (ReplicaStatus.PENDING.value, ReplicaStatus.STARTING.value, ReplicaStatus.RUNNING.value)
@@ -100,20 +99,6 @@ WORKSPACE_USED: Mapping[str, tuple[str, str]] = {
         "Accelerator memory the workspace's replicas use (where NVML reports it).",
     ),
 }
-USED_PREFIXES = ("node.", "accelerator.", "replica.")
-
-
-class LatestValueLike(Protocol):
-    """What is read of a series' latest value (``monitoring.LatestValue`` fits)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    @property
-    def value(self) -> float: ...
-    @property
-    def workspace_id(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +123,8 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-async def cluster_snapshot(session: AsyncSession, latest: Sequence[LatestValueLike] | None = None) -> ClusterSnapshot:
-    """Read the per-node, per-workspace and lease numbers, and the samplers' latest values.
-
-    Args:
-        session: A read session.
-        latest: The latest values of the ``node.``, ``accelerator.`` and ``replica.`` series; None: read them
-            (``latest_values``, no older than ``USED_MAX_AGE_S``).
-    """
+async def cluster_snapshot(session: AsyncSession) -> ClusterSnapshot:
+    """Read the per-node, per-workspace and lease numbers, and the samplers' newest values."""
     snap = ClusterSnapshot()
     pools = list((await session.scalars(select(Pool))).all())
     names: dict[int, str] = {}
@@ -210,31 +189,53 @@ async def cluster_snapshot(session: AsyncSession, latest: Sequence[LatestValueLi
         live = owner is not None and expires is not None and _aware(expires) > now
         snap.leases[lease] = owner if live else None
 
-    if latest is None:
-        latest = [
-            value
-            for prefix in USED_PREFIXES
-            for value in await latest_values(session, None, prefix=prefix, max_age_s=USED_MAX_AGE_S)
-        ]
-    if latest:
-        snap.used.update(await _used(session, latest))
+    snap.used.update(await _used(session, to_ms(now) - int(USED_MAX_AGE_S * 1000)))
     return snap
 
 
-async def _used(session: AsyncSession, latest: Iterable[LatestValueLike]) -> dict[str, dict[tuple[str, ...], float]]:
-    """The sampled values as families: node and accelerator series as they are, replica series per workspace."""
+def _newest_point() -> ScalarSelect[int]:
+    """The time of a series' newest raw point: one probe of the points' primary key (series, time) per series."""
+    return (
+        select(func.max(MetricPoint.at_ms))
+        .where(MetricPoint.series_id == MetricSeries.id)
+        .correlate(MetricSeries)
+        .scalar_subquery()
+    )
+
+
+async def _used(session: AsyncSession, since_ms: int) -> dict[str, dict[tuple[str, ...], float]]:
+    """The samplers' newest values as families: node and accelerator series as they are (their names through
+    the name index: ~2,400 series for 50 nodes of 8 devices), replica series summed per workspace in SQL over the
+    jobs that hold resources only (the replica series of every job ever run are 20,000 at 10,000 jobs).
+
+    The same rule as ``latest_values`` (the newest raw point, no older than ``since_ms``), read as columns and
+    aggregates: ``latest_values`` builds an object per series of the prefix, ~290 ms for the 22,000 series
+    above on SQLite, where these two reads take ~25 ms.
+    """
     families = {f.series: f for f in USED_FAMILIES}
-    used: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
-    per_workspace: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for value in latest:
-        family = families.get(value.name)
-        if family is not None:
-            used[family.metric][tuple(str(value.labels.get(k, "")) for k in family.labels)] = float(value.value)
-        elif value.name in WORKSPACE_USED and value.workspace_id is not None:
-            per_workspace[WORKSPACE_USED[value.name][0]][value.workspace_id] += float(value.value)
-    if per_workspace:
-        ids = {i for sums in per_workspace.values() for i in sums}
-        names = dict((await session.execute(select(Workspace.id, Workspace.name).where(Workspace.id.in_(ids)))).all())
-        for metric, sums in per_workspace.items():
-            used[metric] = {(names[i],): total for i, total in sums.items() if i in names}
-    return dict(used)
+    used: dict[str, dict[tuple[str, ...], float]] = {f.metric: {} for f in USED_FAMILIES}
+    rows = await session.execute(
+        select(MetricSeries.name, MetricSeries.labels, MetricPoint.value)
+        .join(MetricPoint, and_(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms == _newest_point()))
+        .where(MetricSeries.name.in_(list(families)), MetricPoint.at_ms >= since_ms)
+    )
+    for name, labels, value in rows:
+        family = families[name]
+        used[family.metric][tuple(str(labels.get(k, "")) for k in family.labels)] = float(value)
+
+    # Driven from the jobs that hold resources through ix_metric_series_job_id (a derived table: with an IN
+    # subquery SQLite walks the name index over every job's series instead, 70 ms against 16 ms at 10,000 jobs).
+    holding = select(Replica.job_id).where(Replica.status.in_(HOLDING)).distinct().subquery()
+    for metric, _ in WORKSPACE_USED.values():
+        used[metric] = {}
+    for workspace, name, total in await session.execute(
+        select(Workspace.name, MetricSeries.name, func.sum(MetricPoint.value))
+        .select_from(holding)
+        .join(MetricSeries, MetricSeries.job_id == holding.c.job_id)
+        .join(MetricPoint, and_(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms == _newest_point()))
+        .join(Workspace, Workspace.id == MetricSeries.workspace_id)
+        .where(MetricSeries.name.in_(list(WORKSPACE_USED)), MetricPoint.at_ms >= since_ms)
+        .group_by(Workspace.name, MetricSeries.name)
+    ):
+        used[WORKSPACE_USED[name][0]][(workspace,)] = float(total or 0.0)
+    return used
