@@ -2,9 +2,9 @@
 
 For each backend the benchmark makes a throwaway home (and, for PostgreSQL, a throwaway database), migrates it
 and seeds a center of realistic shape: 20 workspaces, 3 pools, 50 nodes with 8 accelerators each, 10,000 jobs
-(85 % finished, 10 % queued, 5 % running with one replica holding an accelerator, drawn per job), the samplers' series (50
-nodes x 7 node series, 400 accelerators x 5, and two replica series for every one of the 10,000 jobs, the
-finished ones' last points old) and two named leases. It then scrapes ``/metrics`` in process (httpx's ASGI
+(85 % finished, 10 % queued, 5 % running with one replica holding an accelerator, drawn per job), the samplers'
+series (50 nodes x 7 node series, 400 accelerators x 5, and two replica series for every one of the 10,000 jobs,
+the finished ones' last points old) and two named leases. It then scrapes ``/metrics`` in process (httpx's ASGI
 transport: no socket, the route and the snapshot's queries only) with the snapshot cache off
 (``metrics_cache_s=0``), so every scrape reads the database: p50 and p95 over ``--scrapes`` scrapes, and the
 same with the default 5 s cache for comparison. Goal: p95 <= 50 ms uncached.
