@@ -211,7 +211,7 @@ def create_app(
         app.include_router(router)
     app.include_router(metrics_router)  # Prometheus' /metrics, outside /api and the OpenAPI document
     install_console(app)
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(ctx.telemetry)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(RequestIdMiddleware)
     if settings.secure_cookies:  # the public URL is https

@@ -14,6 +14,7 @@ from aicenter.db.engine import Database
 from aicenter.events import EventBus, jobs_changed
 from aicenter.executors.base import Executor
 from aicenter.services.auth import TokenVerifier
+from aicenter.services.monitoring import ProcessTelemetry
 from aicenter.storage import BlobStore
 
 
@@ -32,6 +33,8 @@ class AppContext:
         single_user: Why this server runs in single-user mode (its replicas run unsandboxed, as its own Unix
             user, so every job user is trusted like it), or None when replicas are sandboxed. In single-user
             mode no second user can be created.
+        telemetry: What this process counts between scrapes (scheduler cycles, service requests), exposed at
+            ``/metrics``.
     """
 
     settings: Settings
@@ -42,3 +45,4 @@ class AppContext:
     executors: Mapping[str, Executor] = field(default_factory=dict)
     events: EventBus = field(default_factory=lambda: jobs_changed)
     single_user: str | None = None
+    telemetry: ProcessTelemetry = field(default_factory=ProcessTelemetry)

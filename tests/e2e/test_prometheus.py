@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.dashboards import concrete, dashboards, expressions
 from tests.support.servers import Server, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -103,3 +104,26 @@ def test_prometheus_scrapes_and_answers_promql(server: Server, prometheus: str) 
     assert _query(
         prometheus, "histogram_quantile(0.99, sum by (le) (rate(aicenter_http_request_duration_seconds_bucket[30s])))"
     )
+
+
+def test_new_families_answer_promql_and_every_dashboard_query_evaluates(server: Server, prometheus: str) -> None:
+    # The server's scheduler ticks even with nothing queued: its lease is held and its cycles are timed.
+    [holder] = _query(prometheus, 'aicenter_controller_lease_holder{lease="scheduler"} == 1')
+    assert holder["metric"]["holder"]
+    assert _query(prometheus, 'aicenter_controller_lease_held{lease="scheduler"} == 1')
+    p99 = _query(
+        prometheus,
+        "histogram_quantile(0.99, sum by (le) (rate(aicenter_scheduler_cycle_duration_seconds_bucket[30s]))) >= 0",
+    )
+    assert float(p99[0]["value"][1]) >= 0
+    assert _query(prometheus, "sum(aicenter_node_cpu_cores) > 0")  # `aicenter up` registers its own host
+    # Every dashboard expression is one this Prometheus evaluates (a syntax check cannot see a many-to-many
+    # match or a type error); an empty answer is fine (no accelerators, no services here).
+    failed = {}
+    with httpx.Client(base_url=prometheus, timeout=10) as http:  # one connection for ~45 queries
+        for name, board in dashboards().items():
+            for expr in expressions(board):
+                r = http.get("/api/v1/query", params={"query": concrete(expr)})
+                if r.status_code != 200 or r.json()["status"] != "success":
+                    failed[f"{name}: {expr}"] = r.text
+    assert not failed, failed

@@ -20,12 +20,17 @@ for the jobs whose reason changed.
 The controller runs no SQL of its own: it reads through ``services.jobs.load_scheduling_cluster``,
 ``load_scheduling_ids`` and ``load_scheduling_jobs`` (rows come back as the scheduler's model), writes through
 ``place_job``, ``mark_preempted`` and ``set_pending_reasons``, and holds its lease through ``db.leases``.
+
+Each tick of the lease holder is timed and its decisions counted by pool into ``ProcessTelemetry`` (the
+``/metrics`` families ``aicenter_scheduler_cycle_duration_seconds`` and ``aicenter_scheduler_decisions_total``):
+here, not in the scheduler core, which stays pure and is shared with the simulator.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -54,6 +59,7 @@ from aicenter.services.jobs import (
     place_job,
     set_pending_reasons,
 )
+from aicenter.services.monitoring import NO_POOL, DecisionKind, ProcessTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +97,21 @@ class SchedulingController(WakeableController):
         db: The database.
         settings: ``schedule_interval_s`` and ``scheduler_policy`` are read.
         owner: The lease owner name (default ``host:pid``).
+        telemetry: Where each cycle's duration and decisions are counted (a private one when not given).
     """
 
     name = "scheduling"
 
-    def __init__(self, db: Database, settings: Settings, *, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        *,
+        owner: str | None = None,
+        telemetry: ProcessTelemetry | None = None,
+    ) -> None:
         super().__init__()
+        self.telemetry = telemetry or ProcessTelemetry()
         self.db = db
         self.settings = settings
         self.interval_s = settings.schedule_interval_s
@@ -157,15 +172,41 @@ class SchedulingController(WakeableController):
         lease = await self._hold_lease()
         if lease is None:
             return  # another replica schedules
+        started = time.perf_counter()
         stats = TickStats()
         async with self.db.read() as session:
             await self._sync(session, stats)
         if not len(self.pending):
             self.last = stats
+            self.telemetry.observe_cycle(time.perf_counter() - started, {})
             return
         result = self.scheduler.cycle(self.state, self.pending, time.time())
+        pools = self._decision_pools(result)  # before _apply takes the placed jobs out of the pending queue
         await self._apply(lease, result, stats)
         self.last = stats
+        decisions: Counter[tuple[str, str]] = Counter()
+        undone = set(stats.undone)
+        for job_id in stats.placed:
+            decisions[(pools.get(str(job_id), NO_POOL), DecisionKind.STARTED)] += 1
+        for job_id in undone:
+            decisions[(pools.get(str(job_id), NO_POOL), DecisionKind.UNDONE)] += 1
+        for job_id in stats.preempted:
+            decisions[(pools.get(str(job_id), NO_POOL), DecisionKind.PREEMPTED)] += 1
+        self.telemetry.observe_cycle(time.perf_counter() - started, decisions)
+
+    def _decision_pools(self, result: CycleResult) -> dict[str, str]:
+        """Job id -> the pool its decision counts under: a placed job's own pool, and for a preempted job the
+        pool of the job it made room for (the victim was already released from the state)."""
+        pools: dict[str, str] = {}
+        for place in result.placed:
+            job = self.pending.get(place.job_id)
+            if job is not None:
+                pools[place.job_id] = job.pool
+        for preempt in result.preempted:
+            job = self.pending.get(preempt.for_job_id)
+            if job is not None:
+                pools[preempt.job_id] = job.pool
+        return pools
 
     # -- snapshot ---------------------------------------------------------------------------------------------
 
@@ -317,4 +358,4 @@ def pending_jobs(controller: SchedulingController) -> list[SchedJob]:
 
 def build(ctx: AppContext) -> SchedulingController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
-    return SchedulingController(ctx.db, ctx.settings)
+    return SchedulingController(ctx.db, ctx.settings, telemetry=ctx.telemetry)

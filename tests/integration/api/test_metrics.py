@@ -9,11 +9,15 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from sqlalchemy import select
 
 from aicenter import __version__
 from aicenter.core.clock import utcnow
+from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Pool, Replica, Workspace
+from aicenter.services.monitoring import Sample as Point
+from aicenter.services.monitoring import record_samples
 from tests.factories import admin_login, make_user
 
 SCRAPER_TOKEN = "scrape-me-0123456789"
@@ -127,6 +131,98 @@ async def test_families_types_and_labels(
         "aicenter_http_request_duration_seconds_count",
         "aicenter_http_request_duration_seconds_sum",
     }
+
+
+async def test_nodes_workspaces_leases_and_process_families(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str
+) -> None:
+    await _seed(db)
+    assert await leases.acquire(db, "scheduler", "host-a:42", ttl_s=60) is not None
+    gone = await leases.acquire(db, "store-gc", "host-b:7", ttl_s=60)
+    assert gone is not None
+    await leases.release(db, gone)
+    app.state.ctx.telemetry.observe_cycle(0.003, {("gpu", "started"): 2, ("gpu", "preempted"): 1})
+    families = await _scrape(client, app, scraper_token)
+
+    assert _values(families["aicenter_node_info"][1]) == {
+        (("executor", "local"), ("node", "gpu-01"), ("state", "ready")): 1,
+        (("executor", "slurm"), ("node", "cpu-01"), ("state", "not_ready")): 1,
+    }
+    # The default pool (empty selector) holds every node; "gpu" has an empty selector too in this seed.
+    pools = {tuple(v for _, v in k) for k in _values(families["aicenter_node_pool_info"][1])}
+    assert {("gpu-01", "gpu"), ("cpu-01", "gpu")} <= pools
+    assert _values(families["aicenter_node_cpu_cores"][1]) == {(("node", "gpu-01"),): 16, (("node", "cpu-01"),): 8}
+    assert _values(families["aicenter_node_cpu_cores_allocated"][1]) == {
+        (("node", "gpu-01"),): 4,
+        (("node", "cpu-01"),): 0,
+    }
+    assert _values(families["aicenter_node_memory_bytes"][1])[(("node", "cpu-01"),)] == 2**34
+    assert _values(families["aicenter_node_accelerators"][1]) == {(("node", "gpu-01"), ("type", "nvidia-a100")): 2}
+    assert _values(families["aicenter_node_accelerators_allocated"][1]) == {
+        (("node", "gpu-01"), ("type", "nvidia-a100")): 1
+    }
+    assert _values(families["aicenter_workspace_cpu_cores_allocated"][1]) == {(("workspace", "vision"),): 4}
+    assert _values(families["aicenter_workspace_accelerators_allocated"][1]) == {
+        (("type", "nvidia-a100"), ("workspace", "vision")): 1
+    }
+    held = _values(families["aicenter_controller_lease_held"][1])
+    assert held == {(("lease", "scheduler"),): 1, (("lease", "store-gc"),): 0}
+    assert _values(families["aicenter_controller_lease_holder"][1]) == {
+        (("holder", "host-a:42"), ("lease", "scheduler")): 1
+    }
+
+    cycles_type, cycles = families["aicenter_scheduler_cycle_duration_seconds"]
+    assert cycles_type == "histogram"
+    assert _values(cycles, "aicenter_scheduler_cycle_duration_seconds_count") == {(): 1}
+    decisions_type, decisions = families["aicenter_scheduler_decisions"]
+    assert decisions_type == "counter"
+    assert _values(decisions, "aicenter_scheduler_decisions_total") == {
+        (("kind", "started"), ("pool", "gpu")): 2,
+        (("kind", "preempted"), ("pool", "gpu")): 1,
+    }
+    # Serving's families are declared (dashboards and alerts can name them) and empty until services run.
+    assert families["aicenter_service_requests"] == ("counter", [])
+    assert families["aicenter_service_request_duration_seconds"] == ("histogram", [])
+    assert families["aicenter_service_replicas"] == ("gauge", [])
+    # No sampler has written: the "used" families are declared, without samples.
+    assert families["aicenter_node_cpu_utilization_ratio"] == ("gauge", [])
+    assert families["aicenter_accelerator_utilization_ratio"] == ("gauge", [])
+
+
+async def test_used_families_from_the_samplers_latest_values(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str
+) -> None:
+    await _seed(db)
+    async with db.read() as session:
+        ws = (await session.execute(select(Workspace.id).where(Workspace.name == "vision"))).scalar_one()
+        job = (await session.execute(select(Job.id).where(Job.status == "running"))).scalar_one()
+        node = (await session.execute(select(Node.id).where(Node.name == "gpu-01"))).scalar_one()
+    now = utcnow()
+    gpu = {"node": "gpu-01", "device": "0", "type": "nvidia-a100"}
+    replica = {"workspace_id": ws, "job_id": job, "node_id": node}
+    samples = [
+        Point("node.cpu_utilization", now - timedelta(seconds=30), 0.2, {"node": "gpu-01"}, node_id=node),
+        Point("node.cpu_utilization", now, 0.25, {"node": "gpu-01"}, node_id=node),  # the newest counts
+        Point("node.memory_used_bytes", now, 2.0**33, {"node": "gpu-01"}, node_id=node),
+        # cpu-01 stopped reporting an hour ago: not "used" any more.
+        Point("node.cpu_utilization", now - timedelta(hours=1), 0.9, {"node": "cpu-01"}),
+        Point("accelerator.utilization", now, 0.75, gpu, node_id=node),
+        Point("accelerator.temperature_celsius", now, 61.0, gpu, node_id=node),
+        Point("replica.cpu_cores", now, 1.5, {"task": "worker", "replica": "0"}, **replica),
+        Point("replica.cpu_cores", now, 0.5, {"task": "worker", "replica": "1"}, **replica),
+        Point("report.loss", now, 0.1, {"task": "worker", "replica": "0"}, **replica),  # not for Prometheus
+    ]
+    async with db.write() as session:
+        await record_samples(session, samples)
+    families = await _scrape(client, app, scraper_token)
+    assert _values(families["aicenter_node_cpu_utilization_ratio"][1]) == {(("node", "gpu-01"),): 0.25}
+    assert _values(families["aicenter_node_memory_used_bytes"][1]) == {(("node", "gpu-01"),): 2.0**33}
+    labels = (("device", "0"), ("node", "gpu-01"), ("type", "nvidia-a100"))
+    assert _values(families["aicenter_accelerator_utilization_ratio"][1]) == {labels: 0.75}
+    assert _values(families["aicenter_accelerator_temperature_celsius"][1]) == {labels: 61}
+    # Replica series are summed per workspace: a label per job or replica would be unbounded.
+    assert _values(families["aicenter_workspace_cpu_cores_used"][1]) == {(("workspace", "vision"),): 2.0}
+    assert not any("loss" in name for name in families)
 
 
 async def test_access(client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str) -> None:

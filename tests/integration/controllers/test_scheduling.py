@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from aicenter.config import Settings
 from aicenter.controllers.scheduling import LEASE_NAME, SchedulingController, TickStats
@@ -20,6 +21,7 @@ from aicenter.db.leases import NamedLease
 from aicenter.scheduler import CycleResult
 from aicenter.services import jobs
 from aicenter.services.context import Actor
+from aicenter.services.monitoring import ProcessTelemetry
 from tests.factories import make_user
 from tests.integration.controllers.jobs_helpers import (
     NODE,
@@ -33,6 +35,14 @@ from tests.integration.controllers.jobs_helpers import (
     submit,
     tick_until,
 )
+
+
+def telemetry_value(telemetry: ProcessTelemetry, name: str, **labels: str) -> float:
+    """A sample of the controller's telemetry as /metrics would expose it (0 when absent)."""
+    registry = CollectorRegistry()
+    for collector in telemetry.collectors():
+        registry.register(collector)
+    return registry.get_sample_value(name, labels) or 0.0
 
 
 @pytest.fixture
@@ -62,6 +72,10 @@ async def test_places_what_fits_and_explains_the_rest_once(db: Database, setting
     await scheduler.tick()
     assert (scheduler.last.placed, scheduler.last.reasons_written) == ([], 0)
     assert (await job_row(db, second)).pending_reason == waiting.pending_reason
+    # Both cycles timed, the one start counted under the job's pool (the Prometheus families of /metrics).
+    telemetry = scheduler.telemetry
+    assert telemetry_value(telemetry, "aicenter_scheduler_cycle_duration_seconds_count") == 2
+    assert telemetry_value(telemetry, "aicenter_scheduler_decisions_total", pool="default", kind="started") == 1
 
 
 async def test_one_scheduler_at_a_time(db: Database, settings: Settings, alice: Actor) -> None:
@@ -72,6 +86,8 @@ async def test_one_scheduler_at_a_time(db: Database, settings: Settings, alice: 
     await other.tick()
     assert other.last.placed == []
     assert (await job_row(db, job_id)).status == "queued"
+    # Only the lease holder's cycles are timed.
+    assert telemetry_value(other.telemetry, "aicenter_scheduler_cycle_duration_seconds_count") == 0
     await holder.tick()
     assert holder.last.placed == [job_id]
     await holder.release_lease()
@@ -93,6 +109,10 @@ async def test_preemption_stops_the_victim_gracefully_and_requeues_it(
     history = await statuses(db, victim)
     assert history[:7] == ["pending", "queued", "scheduled", "starting", "running", "preempted", "queued"]
     assert (tmp_path / "ckpt").read_text() == "checkpoint\n"
+    preempted = telemetry_value(
+        scheduler.telemetry, "aicenter_scheduler_decisions_total", pool="default", kind="preempted"
+    )
+    assert preempted == 1
     job = await job_row(db, victim)
     assert (job.restart_count, job.counted_restarts, job.stop_requested_at) == (1, 0, None)
     first = [r for r in await replicas(db, victim) if r.attempt == 0]

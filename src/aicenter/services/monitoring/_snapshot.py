@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.clock import utcnow
 from aicenter.core.jobs import JobStatus, ReplicaStatus
 from aicenter.db.models import Job, Node, Pool, Replica, VersionFile, Workspace
+from aicenter.services.monitoring._cluster import ClusterSnapshot, cluster_snapshot
 
 # Replicas that hold their node's resources: planned on it, launching or running.
 _HOLDING = (ReplicaStatus.PENDING.value, ReplicaStatus.STARTING.value, ReplicaStatus.RUNNING.value)
@@ -36,6 +37,7 @@ class PlatformSnapshot:
     cpu_cores: dict[str, float] = field(default_factory=dict)  # allocated|capacity -> cores
     store_bytes: int = 0
     store_objects: int = 0
+    cluster: ClusterSnapshot = field(default_factory=ClusterSnapshot)  # per node, workspace and lease
 
 
 def _aware(moment: datetime) -> datetime:
@@ -105,4 +107,5 @@ async def snapshot(session: AsyncSession) -> PlatformSnapshot:
         cpu_cores={"allocated": cpu_allocated_milli / 1000, "capacity": cpu_capacity_milli / 1000},
         store_bytes=int(stored or 0),
         store_objects=int(objects or 0),
+        cluster=await cluster_snapshot(session),
     )
