@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from aicenter.api.routers import (
     accelerator_types,
+    alerts,
     audit,
     auth,
     catalog,
@@ -35,4 +36,5 @@ ROUTERS: list[APIRouter] = [
     jobs.router,
     job_metrics.router,
     jobs.templates_router,
+    alerts.router,
 ]

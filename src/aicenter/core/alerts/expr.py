@@ -357,6 +357,15 @@ def _with(e: Element, value: float) -> Element:
     return Element(e.labels, value, e.workspace_id, e.extra)
 
 
+_REDUCE: dict[str, Callable[[list[float]], float]] = {
+    "avg": lambda v: sum(v) / len(v),
+    "sum": lambda v: float(sum(v)),
+    "min": min,
+    "max": max,
+    "count": lambda v: float(len(v)),
+}
+
+
 def _aggregate(op: str, vector: Vector, by: tuple[str, ...]) -> Vector:
     groups: dict[LabelKey, list[Element]] = defaultdict(list)
     for e in vector:
@@ -364,13 +373,7 @@ def _aggregate(op: str, vector: Vector, by: tuple[str, ...]) -> Vector:
     out: Vector = []
     for key, members in groups.items():
         values = [m.value for m in members]
-        value = {
-            "avg": lambda v: sum(v) / len(v),
-            "sum": sum,
-            "min": min,
-            "max": max,
-            "count": len,
-        }[op](values)
+        value = _REDUCE[op](values)
         # The group keeps a workspace only when all its members share it: an aggregate across workspaces
         # belongs to none of them.
         owners = {m.workspace_id for m in members}
