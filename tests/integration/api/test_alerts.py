@@ -63,9 +63,12 @@ async def _failed_job(db: Database, workspace_id: int, name: str = "train-1") ->
         return job.id
 
 
-async def _channel(client: httpx.AsyncClient, who: Login, kind: str, target: str, **extra: Any) -> dict[str, Any]:
-    body = {"name": f"{kind}-{abs(hash(target)) % 10_000}", "kind": kind, "target": target, **extra}
-    r = await client.post(f"{API}/alert-channels", json=body, headers=who.headers)
+async def _channel(
+    client: httpx.AsyncClient, who: Login, kind: str, target: str, workspace_id: int | None = None
+) -> dict[str, Any]:
+    body = {"name": f"{kind}-{abs(hash(target)) % 10_000}", "kind": kind, "target": target}
+    where = f"/workspaces/{workspace_id}" if workspace_id is not None else ""
+    r = await client.post(f"{API}{where}/alert-channels", json=body, headers=who.headers)
     assert r.status_code == 201, r.text
     result: dict[str, Any] = r.json()
     return result
@@ -243,8 +246,8 @@ async def test_workspaces_reach_only_their_own_rules_and_channels(
     mallory = await make_user(db, client, "mallory")
     ws = await _workspace(client, alice)
     r = await client.post(
-        f"{API}/alert-rules",
-        json={"name": "slow-queue", "expression": "job.pending_seconds > 60", "workspace_id": ws},
+        f"{API}/workspaces/{ws}/alert-rules",
+        json={"name": "slow-queue", "expression": "job.pending_seconds > 60"},
         headers=alice.headers,
     )
     assert r.status_code == 201, r.text
@@ -270,8 +273,8 @@ async def test_workspaces_reach_only_their_own_rules_and_channels(
     # Channels: mallory can neither add one to alice's workspace nor see hers.
     channel = await _channel(client, alice, "email", "alice@example.com", workspace_id=ws)
     r = await client.post(
-        f"{API}/alert-channels",
-        json={"name": "x", "kind": "email", "target": "m@example.com", "workspace_id": ws},
+        f"{API}/workspaces/{ws}/alert-channels",
+        json={"name": "x", "kind": "email", "target": "m@example.com"},
         headers=mallory.headers,
     )
     assert r.status_code == 404

@@ -97,11 +97,23 @@ async def list_alert_rules(
     return [AlertRuleOut.model_validate(r) for r in await alerts.list_rules(session, actor, workspace_id=workspace_id)]
 
 
-@router.post("/alert-rules", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+@router.post("/alert-rules", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.ADMIN))
 async def create_alert_rule(body: AlertRuleCreate, actor: CurrentActor, session: WriteSession) -> AlertRuleOut:
-    """Add a rule: platform-wide (platform admins) or a workspace's (its admins). A bad expression is a 400
-    ``invalid_expression`` whose details give the position."""
+    """Add a platform-wide rule. A bad expression is a 400 ``invalid_expression`` whose details give the position."""
     return AlertRuleOut.model_validate(await alerts.create_rule(session, actor, **body.model_dump()))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/alert-rules",
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=access(Access.WORKSPACE_ADMIN),
+)
+async def create_workspace_alert_rule(
+    workspace_id: Id, body: AlertRuleCreate, actor: CurrentActor, session: WriteSession
+) -> AlertRuleOut:
+    """Add a rule of the workspace (its admins): it sees cluster series and the workspace's own."""
+    rule = await alerts.create_rule(session, actor, workspace_id=workspace_id, **body.model_dump())
+    return AlertRuleOut.model_validate(rule)
 
 
 @router.get("/alert-rules/{rule_id}", openapi_extra=access(Access.USER))
@@ -131,10 +143,23 @@ async def list_silences(actor: CurrentActor, session: ReadSession, all: bool = F
     return [SilenceOut.model_validate(s) for s in await alerts.list_silences(session, actor, active_only=not all)]
 
 
-@router.post("/silences", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+@router.post("/silences", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.ADMIN))
 async def create_silence(body: SilenceCreate, actor: CurrentActor, session: WriteSession) -> SilenceOut:
-    """Mute notifications of matching alerts for a while (platform admins; a workspace's admins for it)."""
+    """Mute notifications of matching alerts, any workspace's, for a while."""
     return SilenceOut.model_validate(await alerts.create_silence(session, actor, **body.model_dump()))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/silences",
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=access(Access.WORKSPACE_ADMIN),
+)
+async def create_workspace_silence(
+    workspace_id: Id, body: SilenceCreate, actor: CurrentActor, session: WriteSession
+) -> SilenceOut:
+    """Mute notifications of the workspace's matching alerts for a while (its admins)."""
+    silence = await alerts.create_silence(session, actor, workspace_id=workspace_id, **body.model_dump())
+    return SilenceOut.model_validate(silence)
 
 
 @router.delete("/silences/{silence_id}", openapi_extra=access(Access.USER))
@@ -152,10 +177,23 @@ async def list_alert_channels(
     return [AlertChannelOut.model_validate(c) for c in channels]
 
 
-@router.post("/alert-channels", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+@router.post("/alert-channels", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.ADMIN))
 async def create_alert_channel(body: AlertChannelCreate, actor: CurrentActor, session: WriteSession) -> AlertChannelOut:
-    """Add a webhook or e-mail channel, platform-wide (platform admins) or a workspace's (its admins)."""
+    """Add a platform-wide webhook or e-mail channel: it receives every platform rule's alerts."""
     return AlertChannelOut.model_validate(await alerts.create_channel(session, actor, **body.model_dump()))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/alert-channels",
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=access(Access.WORKSPACE_ADMIN),
+)
+async def create_workspace_alert_channel(
+    workspace_id: Id, body: AlertChannelCreate, actor: CurrentActor, session: WriteSession
+) -> AlertChannelOut:
+    """Add a channel of the workspace (its admins): it receives every alert about the workspace."""
+    channel = await alerts.create_channel(session, actor, workspace_id=workspace_id, **body.model_dump())
+    return AlertChannelOut.model_validate(channel)
 
 
 @router.patch("/alert-channels/{channel_id}", openapi_extra=access(Access.USER))

@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from aicenter.api.params import Id
 from aicenter.api.schemas.common import Input, Schema
 
 Severity = Literal["info", "warning", "critical"]
@@ -65,7 +64,6 @@ class AlertRuleCreate(Input):
     for_s: int = Field(default=0, ge=0, description="Seconds the condition must hold before the alert fires.")
     severity: Severity = "warning"
     description: str = Field(default="", max_length=512)
-    workspace_id: Id | None = Field(default=None, description="None: platform-wide (platform admins only).")
     enabled: bool = True
 
 
@@ -93,7 +91,6 @@ class SilenceCreate(Input):
     )
     duration_s: int = Field(default=3600, ge=60, le=90 * 86400)
     comment: str = Field(default="", max_length=512)
-    workspace_id: Id | None = Field(default=None, description="None: platform-wide (platform admins only).")
 
 
 class AlertChannelOut(Schema):
@@ -110,7 +107,6 @@ class AlertChannelCreate(Input):
     name: str = Field(max_length=64)
     kind: Literal["webhook", "email"]
     target: str = Field(max_length=1024, description="The webhook's http(s) URL, or an e-mail address.")
-    workspace_id: Id | None = Field(default=None, description="None: platform-wide (platform admins only).")
     enabled: bool = True
 
 
