@@ -10,19 +10,37 @@ leased outbox rows, so several replicas may run it at once without sending twice
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import Controller, WakeableController, replica_name
+from aicenter.core.alerts import Element
 from aicenter.db import leases
 from aicenter.db.engine import Database
 from aicenter.events import alerts_outbox
-from aicenter.services import alerts
+from aicenter.services import alerts, monitoring
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "alert-evaluator"
 DELIVERY_INTERVAL_S = 5.0  # how soon a retry due (or a row queued by another replica) is picked up
+# A series whose newest point is older than this is no longer current: a node that stopped sampling must not keep
+# an alert firing on its last value (node-down says it is gone). Four sampler intervals of 15 s.
+SERIES_MAX_AGE_S = 60.0
+
+
+async def read_series(session: AsyncSession, names: Sequence[str]) -> list[tuple[str, Element]]:
+    """The samplers' latest values of ``names`` (the platform's view: every workspace), as alert elements."""
+    values = await monitoring.latest_values(session, None, names=list(names), max_age_s=SERIES_MAX_AGE_S)
+    return [(v.name, Element(dict(v.labels), v.value, v.workspace_id, _ids(v))) for v in values]
+
+
+def _ids(value: monitoring.LatestValue) -> dict[str, object]:
+    """The node and job a series is about, for the event an alert on it records."""
+    return {k: i for k, i in (("node_id", value.node_id), ("job_id", value.job_id)) if i is not None}
 
 
 class AlertEvaluator(Controller):
@@ -87,7 +105,7 @@ class AlertDelivery(WakeableController):
 
 def build_evaluator(ctx: AppContext) -> AlertEvaluator:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
-    return AlertEvaluator(ctx.db, ctx.settings)
+    return AlertEvaluator(ctx.db, ctx.settings, series=read_series)
 
 
 def build_delivery(ctx: AppContext) -> AlertDelivery:

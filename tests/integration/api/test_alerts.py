@@ -17,10 +17,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select, update
 
+from aicenter.controllers.alerts import read_series
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Notification
-from aicenter.services import alerts
+from aicenter.services import alerts, monitoring
 from tests.factories import Login, admin_login, make_user
 from tests.support.receivers import Inbox, WebhookReceiver, smtp_server, webhook_receiver
 
@@ -306,3 +307,33 @@ async def test_events_show_node_changes_to_everyone_and_job_events_to_their_work
     assert kinds == ["node.cordoned"]
     kinds = [e["kind"] for e in (await client.get(f"{API}/events", headers=alice.headers)).json()["items"]]
     assert kinds == ["job.preempted", "node.cordoned"]
+
+
+async def test_rules_over_sampled_series_wait_for_their_duration(client: httpx.AsyncClient, db: Database) -> None:
+    admin = await admin_login(client)
+    now = utcnow()
+    samples = [
+        monitoring.Sample(name, now, value, {"node": node})
+        for node, used in (("n1", 95.0), ("n2", 10.0))
+        for name, value in (("node.disk_used_bytes", used), ("node.disk_total_bytes", 100.0))
+    ]
+    async with db.write() as session:
+        await monitoring.record_samples(session, samples)
+    r = await client.post(
+        f"{API}/alert-rules",
+        json={"name": "disk-now", "expression": "node.disk_used_bytes / node.disk_total_bytes > 0.9"},
+        headers=admin.headers,
+    )
+    assert r.status_code == 201, r.text
+    async with db.write() as session:
+        result = await alerts.evaluate_rules(session, series=read_series, now=now)
+    assert len(result.fired) == 1
+    states = {
+        (a["rule"], a["labels"]["node"], a["state"])
+        for a in (await client.get(f"{API}/alerts", headers=admin.headers)).json()["items"]
+    }
+    # The built-in rule holds its 5 minutes; the new one (for 0) fires at once; n2 is at 10%.
+    assert states == {("disk-now", "n1", "firing"), ("disk-nearly-full", "n1", "pending")}
+    async with db.write() as session:
+        later = await alerts.evaluate_rules(session, series=read_series, now=now + timedelta(seconds=300))
+    assert len(later.fired) == 1
