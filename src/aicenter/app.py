@@ -19,6 +19,7 @@ from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers import (
+    alerts,
     engine_nodes,
     heartbeat,
     image_builder,
@@ -125,6 +126,8 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     scheduling.build,
     jobs.build,
     sampler.build,
+    alerts.build_evaluator,
+    alerts.build_delivery,
 ]
 
 

@@ -167,6 +167,21 @@ class Settings(BaseSettings):
         "to reference them.",
     )
     gc_interval_s: float = Field(default=600.0, description="Interval of the store garbage collector, in seconds.")
+    alert_eval_interval_s: float = Field(
+        default=15.0, description="Interval of the alert evaluator (one replica evaluates per interval), in seconds."
+    )
+    alert_webhook_timeout_s: float = Field(
+        default=5.0, description="A webhook that has not answered in this many seconds counts as failed (retried)."
+    )
+    alert_delivery_attempts: int = Field(
+        default=8, ge=1, description="Attempts per notification (backoff 10 s doubling, at most 1 h) before giving up."
+    )
+    smtp_host: str = Field(default="", description="SMTP server for alert e-mail; empty: e-mail channels fail.")
+    smtp_port: int = Field(default=25, description="Port of the SMTP server.")
+    smtp_from: str = Field(default="aicenter@localhost", description="Sender address of alert e-mail.")
+    smtp_username: str = Field(default="", description="SMTP login; empty: no authentication.")
+    smtp_password: str = Field(default="", description="SMTP password (with smtp_username).")
+    smtp_starttls: bool = Field(default=False, description="Upgrade the SMTP connection with STARTTLS.")
     archive_max_bytes: int = Field(
         default=64 * 1024**3, description="Largest expanded size of an uploaded archive (archive bomb limit)."
     )

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EventBus", "jobs_changed", "notify_after_commit"]
+__all__ = ["EventBus", "alerts_outbox", "jobs_changed", "notify_after_commit"]
 
 
 class EventBus:
@@ -45,6 +45,10 @@ class EventBus:
 
 jobs_changed = EventBus()
 """Jobs were submitted, stopped, queued, placed or finished: the job controllers have work."""
+
+
+alerts_outbox = EventBus()
+"""Notifications were queued: the alert delivery loop has work."""
 
 
 def notify_after_commit(session: AsyncSession) -> None:

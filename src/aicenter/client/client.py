@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aicenter.client._alerts import AlertsMixin
 from aicenter.client._auth import AuthMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
@@ -10,7 +11,7 @@ from aicenter.client._tenancy import TenancyMixin
 from aicenter.client.transfer import TransferMixin
 
 
-class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin, JobsMixin, LatestMixin):
+class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin, JobsMixin, LatestMixin, AlertsMixin):
     """A synchronous client of an aicenter server.
 
     Every call raises :class:`~aicenter.client.ApiError` on an error answer and

@@ -54,7 +54,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import auth, catalog, jobs, monitoring, tenancy
+from aicenter.services import alerts, auth, catalog, jobs, monitoring, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.monitoring import Sample
 from tests.support.settings import make_settings
@@ -153,6 +153,9 @@ class World:
     job_token: str = ""  # a job token of alice's job (what its replicas get as AICENTER_TOKEN)
     other_job_id: int = 0  # another job of alice, which that token must not reach
     # --- end jobs ---
+    # --- alerts ---
+    alert_ids: dict[str, int] = field(default_factory=dict)  # rule, silence, channel of A (alice's)
+    # --- end alerts ---
 
     def item_for(self, path: str) -> int:
         """The item an operation's {item_id} names: collections differ by kind, imports need a preset."""
@@ -191,6 +194,11 @@ PATH_PARAMS: dict[str, PathParam] = {
     "job_id": PathParam(lambda w, p: w.job_id, True),
     "template_id": PathParam(lambda w, p: w.template_id, True),
     # --- end jobs ---
+    # --- alerts ---
+    "rule_id": PathParam(lambda w, p: w.alert_ids.get("rule", 1), True),
+    "silence_id": PathParam(lambda w, p: w.alert_ids.get("silence", 1), True),
+    "channel_id": PathParam(lambda w, p: w.alert_ids.get("channel", 1), True),
+    # --- end alerts ---
 }
 
 
@@ -275,6 +283,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
     job_id, template_id, job_token, other_job_id = await _jobs_world(db, alice)  # jobs
     await _series_world(db, job_id)  # series
+    alert_ids = await _alerts_world(db, alice, workspace_a)  # alerts
     return World(
         admin=admin,
         alice=alice,
@@ -298,6 +307,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         template_id=template_id,
         job_token=job_token,
         other_job_id=other_job_id,
+        alert_ids=alert_ids,
     )
 
 
@@ -375,6 +385,32 @@ async def _series_world(db: Database, job_id: int) -> None:
 
 
 # --- end series ---
+
+
+# --- alerts ---
+async def _alerts_world(db: Database, alice: Caller, workspace_a: int) -> dict[str, int]:
+    """A rule, a silence and a channel of workspace A, made by alice (its admin)."""
+    as_alice = Actor(alice.user_id, alice.username)
+    async with db.write() as session:
+        rule = await alerts.create_rule(
+            session, as_alice, name="iso-rule", expression="job.pending_seconds > 60", workspace_id=workspace_a
+        )
+        silence = await alerts.create_silence(
+            session, as_alice, matchers={"rule": "iso-rule"}, duration_s=600, workspace_id=workspace_a
+        )
+        # A webhook nobody listens on (port 9 is discard): the test endpoint reports the failure, fast.
+        channel = await alerts.create_channel(
+            session,
+            as_alice,
+            name="iso-channel",
+            kind="webhook",
+            target="http://127.0.0.1:9/",
+            workspace_id=workspace_a,
+        )
+    return {"rule": rule.id, "silence": silence.id, "channel": channel.id}
+
+
+# --- end alerts ---
 
 
 # ------------------------------------------------------------------------------------------------- requests

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from aicenter.api.routers import (
     accelerator_types,
+    alerts,
     audit,
     auth,
     catalog,
@@ -37,4 +38,5 @@ ROUTERS: list[APIRouter] = [
     job_metrics.router,
     jobs.templates_router,
     series.router,
+    alerts.router,
 ]

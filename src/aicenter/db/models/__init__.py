@@ -1,5 +1,6 @@
 """Every ORM model, imported here so that ``Base.metadata`` is complete for Alembic and tests."""
 
+from aicenter.db.models.alerts import Alert, AlertChannel, AlertRule, ClusterEvent, Notification, Silence
 from aicenter.db.models.audit import AuditEvent
 from aicenter.db.models.catalog import CatalogItem, CatalogVersion, ImageBuild, UploadSession, VersionFile
 from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
@@ -10,10 +11,14 @@ from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota
 
 __all__ = [
     "AcceleratorType",
+    "Alert",
+    "AlertChannel",
+    "AlertRule",
     "ApiToken",
     "AuditEvent",
     "CatalogItem",
     "CatalogVersion",
+    "ClusterEvent",
     "ImageBuild",
     "Job",
     "JobEvent",
@@ -26,11 +31,13 @@ __all__ = [
     "MetricRollup",
     "MetricSeries",
     "Node",
+    "Notification",
     "Pool",
     "PoolGrant",
     "Quota",
     "Replica",
     "ResourceSpec",
+    "Silence",
     "UploadSession",
     "User",
     "VersionFile",

@@ -14,11 +14,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.core.alerts import Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.roles import NodeSchedule, NodeState
 from aicenter.db.models import AcceleratorType, Node
 from aicenter.executors import EXECUTOR_LABEL, TOPOLOGY_LABELS, AcceleratorInfo, HostInfo
 from aicenter.services import audit
+from aicenter.services.alerts import record_event
 from aicenter.services.context import Actor
 from aicenter.services.inventory._common import check_labels
 from aicenter.services.inventory._types import types_by_name
@@ -116,6 +118,12 @@ async def register_host(session: AsyncSession, host: HostInfo, *, now: datetime 
                 node.id,
                 details={"name": node.name, "executor": node.executor, "accelerators": len(node.accelerators)},
             )
+            record_event(
+                session,
+                "node.joined",
+                f"node {node.name} joined ({node.executor}, {len(node.accelerators)} accelerators)",
+                node_id=node.id,
+            )
             return node
     wanted: dict[str, Any] = {
         "address": host.address,
@@ -140,6 +148,8 @@ async def register_host(session: AsyncSession, host: HostInfo, *, now: datetime 
         if previous_state != NodeState.READY.value:
             details["state"] = {"from": previous_state, "to": NodeState.READY.value}
         audit.record(session, SYSTEM, "node.register", "node", node.id, details=details)
+    if previous_state != NodeState.READY.value:
+        record_event(session, "node.ready", f"node {node.name} is ready again (was {previous_state})", node_id=node.id)
     return node
 
 
@@ -155,6 +165,7 @@ async def heartbeat(session: AsyncSession, name: str, *, now: datetime | None = 
     node.last_heartbeat_at = now or utcnow()
     if node.state != NodeState.READY.value:
         audit.record(session, SYSTEM, "node.ready", "node", node.id, details={"name": name, "from": node.state})
+        record_event(session, "node.ready", f"node {name} is ready again (was {node.state})", node_id=node.id)
         node.state = NodeState.READY.value
     await session.flush()
     return True
@@ -197,6 +208,13 @@ async def mark_lost_nodes(session: AsyncSession, *, lost_after_s: float, now: da
                 "lost_after_s": lost_after_s,
             },
         )
+        record_event(
+            session,
+            "node.lost",
+            f"node {node.name} lost: no heartbeat for {lost_after_s:.0f} s",
+            severity=Severity.WARNING,
+            node_id=node.id,
+        )
     await session.flush()
     return marked
 
@@ -236,6 +254,13 @@ async def sync_engine_hosts(
             "node",
             node.id,
             details={"name": node.name, "executor": executor, "why": "the engine no longer reports it usable"},
+        )
+        record_event(
+            session,
+            "node.lost",
+            f"node {node.name} lost: {executor} no longer reports it usable",
+            severity=Severity.WARNING,
+            node_id=node.id,
         )
     await session.flush()
     return ready, gone

@@ -17,6 +17,7 @@ from aicenter.db.models import Node, Pool
 from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
 from aicenter.services.access import require_platform_admin
+from aicenter.services.alerts import record_event
 from aicenter.services.context import Actor
 from aicenter.services.inventory._common import (
     UNSET,
@@ -186,6 +187,7 @@ async def create_node(
     session.add(node)
     await session.flush()
     audit.record(session, actor, "node.create", "node", node.id, details={"name": name})
+    record_event(session, "node.joined", f"node {name} added by {actor.username}", node_id=node.id)
     return await _view(session, node)
 
 
@@ -234,6 +236,12 @@ async def set_node_schedule(session: AsyncSession, actor: Actor, node_id: int, s
         audit.record(
             session, actor, f"node.{action}", "node", node.id, details={"from": previous, "to": schedule.value}
         )
+        record_event(
+            session,
+            {"cordon": "node.cordoned", "drain": "node.draining", "uncordon": "node.uncordoned"}[action],
+            f"node {node.name}: {action} by {actor.username}",
+            node_id=node.id,
+        )
     return await _view(session, node)
 
 
@@ -242,3 +250,4 @@ async def delete_node(session: AsyncSession, actor: Actor, node_id: int) -> None
     node = await _get(session, actor, node_id, "node deletion")
     await session.delete(node)
     audit.record(session, actor, "node.delete", "node", node.id, details={"name": node.name})
+    record_event(session, "node.removed", f"node {node.name} removed by {actor.username}", node_id=node.id)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.core.alerts import Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import InvalidTransition
 from aicenter.core.jobs import FailureReason, JobStatus
@@ -26,6 +27,7 @@ from aicenter.scheduler import Job as SchedJob
 from aicenter.scheduler import Node as SchedNode
 from aicenter.scheduler import Quota as SchedQuota
 from aicenter.scheduler import ReplicaPlacement
+from aicenter.services.alerts import record_event
 from aicenter.services.context import Actor
 from aicenter.services.jobs._lifecycle import transition
 from aicenter.services.jobs._scheduling_rows import epoch, placements_of, to_node, to_quota, to_sched_job
@@ -268,7 +270,18 @@ async def mark_preempted(session: AsyncSession, job_id: int, message: str) -> bo
         )
         .execution_options(synchronize_session=False)
     )
-    return bool(getattr(result, "rowcount", 0))
+    if not getattr(result, "rowcount", 0):
+        return False
+    row = (await session.execute(select(Job.workspace_id, Job.name).where(Job.id == job_id))).one()
+    record_event(
+        session,
+        "job.preempted",
+        f"job {row.name} ({job_id}) preempted: {message}",
+        severity=Severity.WARNING,
+        job_id=job_id,
+        workspace_id=row.workspace_id,
+    )
+    return True
 
 
 async def set_pending_reasons(session: AsyncSession, reasons: Mapping[int, str]) -> None:

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 421bc41d2f6c
+Revision ID: 80851525f8d9
 Revises: 
-Create Date: 2026-12-05 06:45:04.413275
+Create Date: 2026-12-05 07:04:14.346432
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '421bc41d2f6c'
+revision: str = '80851525f8d9'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -52,6 +52,23 @@ def upgrade() -> None:
         batch_op.create_index('ix_audit_events_actor_id', ['actor_id'], unique=False)
         batch_op.create_index('ix_audit_events_at', ['at'], unique=False)
         batch_op.create_index('ix_audit_events_target', ['target_type', 'target_id'], unique=False)
+
+    op.create_table('cluster_events',
+    sa.Column('at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('kind', sa.String(length=64), nullable=False),
+    sa.Column('severity', sa.String(length=16), nullable=False),
+    sa.Column('node_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('details', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_cluster_events'))
+    )
+    with op.batch_alter_table('cluster_events', schema=None) as batch_op:
+        batch_op.create_index('ix_cluster_events_at', ['at'], unique=False)
+        batch_op.create_index('ix_cluster_events_kind', ['kind'], unique=False)
+        batch_op.create_index('ix_cluster_events_workspace_id', ['workspace_id'], unique=False)
 
     op.create_table('leases',
     sa.Column('name', sa.String(length=128), nullable=False),
@@ -171,6 +188,37 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_workspaces')),
     sa.UniqueConstraint('name', name=op.f('uq_workspaces_name'))
     )
+    op.create_table('alert_channels',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('target', sa.String(length=1024), nullable=False),
+    sa.Column('enabled', sa.Boolean(), nullable=False),
+    sa.Column('created_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_alert_channels_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_alert_channels')),
+    sa.UniqueConstraint('workspace_id', 'name', name='uq_alert_channels_workspace_name')
+    )
+    op.create_table('alert_rules',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('expression', sa.String(length=1024), nullable=False),
+    sa.Column('for_s', sa.Integer(), nullable=False),
+    sa.Column('severity', sa.String(length=16), nullable=False),
+    sa.Column('description', sa.String(length=512), nullable=False),
+    sa.Column('enabled', sa.Boolean(), nullable=False),
+    sa.Column('builtin', sa.Boolean(), nullable=False),
+    sa.Column('created_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_alert_rules_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_alert_rules')),
+    sa.UniqueConstraint('workspace_id', 'name', name='uq_alert_rules_workspace_name')
+    )
     op.create_table('catalog_items',
     sa.Column('kind', sa.String(length=16), nullable=False),
     sa.Column('name', sa.String(length=64), nullable=False),
@@ -286,6 +334,43 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_quotas')),
     sa.UniqueConstraint('workspace_id', 'pool_id', name='uq_quotas_workspace_pool')
     )
+    op.create_table('silences',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('matchers', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('ends_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('comment', sa.String(length=512), nullable=False),
+    sa.Column('created_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('created_by_name', sa.String(length=64), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_silences_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_silences'))
+    )
+    op.create_table('alerts',
+    sa.Column('rule_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('fingerprint', sa.String(length=64), nullable=False),
+    sa.Column('labels', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('value', sa.Double(), nullable=True),
+    sa.Column('severity', sa.String(length=16), nullable=False),
+    sa.Column('summary', sa.String(length=1024), nullable=False),
+    sa.Column('pending_since', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('resolved_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_seen_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['rule_id'], ['alert_rules.id'], name=op.f('fk_alerts_rule_id_alert_rules'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_alerts')),
+    sa.UniqueConstraint('rule_id', 'fingerprint', name='uq_alerts_rule_fingerprint')
+    )
+    with op.batch_alter_table('alerts', schema=None) as batch_op:
+        batch_op.create_index('ix_alerts_state', ['state'], unique=False)
+        batch_op.create_index('ix_alerts_workspace_id', ['workspace_id'], unique=False)
+
     op.create_table('catalog_versions',
     sa.Column('item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('number', sa.Integer(), nullable=False),
@@ -456,6 +541,28 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_rollups_series_id_metric_series'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'))
     )
+    op.create_table('notifications',
+    sa.Column('channel_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('alert_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('payload', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('next_attempt_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('delivered_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_error', sa.String(length=1024), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('lock_owner', sa.String(), nullable=True),
+    sa.Column('lock_token', sa.String(), nullable=True),
+    sa.Column('lock_expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['alert_id'], ['alerts.id'], name=op.f('fk_notifications_alert_id_alerts'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['channel_id'], ['alert_channels.id'], name=op.f('fk_notifications_channel_id_alert_channels'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_notifications'))
+    )
+    with op.batch_alter_table('notifications', schema=None) as batch_op:
+        batch_op.create_index('ix_notifications_channel_id', ['channel_id'], unique=False)
+        batch_op.create_index(batch_op.f('ix_notifications_lock_expires_at'), ['lock_expires_at'], unique=False)
+        batch_op.create_index('ix_notifications_next_attempt_at', ['next_attempt_at'], unique=False)
+
     op.create_table('version_files',
     sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('path', sa.String(length=1024), nullable=False),
@@ -477,6 +584,12 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_version_files_sha256'))
 
     op.drop_table('version_files')
+    with op.batch_alter_table('notifications', schema=None) as batch_op:
+        batch_op.drop_index('ix_notifications_next_attempt_at')
+        batch_op.drop_index(batch_op.f('ix_notifications_lock_expires_at'))
+        batch_op.drop_index('ix_notifications_channel_id')
+
+    op.drop_table('notifications')
     op.drop_table('metric_rollups')
     op.drop_table('metric_points')
     with op.batch_alter_table('image_builds', schema=None) as batch_op:
@@ -513,6 +626,12 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_catalog_versions_shared_workspace_id'))
 
     op.drop_table('catalog_versions')
+    with op.batch_alter_table('alerts', schema=None) as batch_op:
+        batch_op.drop_index('ix_alerts_workspace_id')
+        batch_op.drop_index('ix_alerts_state')
+
+    op.drop_table('alerts')
+    op.drop_table('silences')
     op.drop_table('quotas')
     with op.batch_alter_table('pool_grants', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_pool_grants_workspace_id'))
@@ -535,6 +654,8 @@ def downgrade() -> None:
         batch_op.drop_index('ix_catalog_items_kind_preset')
 
     op.drop_table('catalog_items')
+    op.drop_table('alert_rules')
+    op.drop_table('alert_channels')
     op.drop_table('workspaces')
     op.drop_table('resource_specs')
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
@@ -553,6 +674,12 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_leases_lock_expires_at'))
 
     op.drop_table('leases')
+    with op.batch_alter_table('cluster_events', schema=None) as batch_op:
+        batch_op.drop_index('ix_cluster_events_workspace_id')
+        batch_op.drop_index('ix_cluster_events_kind')
+        batch_op.drop_index('ix_cluster_events_at')
+
+    op.drop_table('cluster_events')
     with op.batch_alter_table('audit_events', schema=None) as batch_op:
         batch_op.drop_index('ix_audit_events_target')
         batch_op.drop_index('ix_audit_events_at')
