@@ -189,3 +189,43 @@ async def test_the_home_page_shows_the_overview_by_role(
     picked = (await alice.get("/?range=7d&refresh=15")).text
     assert 'data-range="7d" data-testid="range-7d" class="active"' in picked
     assert '<option value="15" selected>' in picked
+
+
+async def test_the_compare_page_overlays_visible_jobs_and_refuses_bad_ids(
+    center: Center, db: Database, open_browser: OpenBrowser
+) -> None:
+    async with db.read() as session:
+        ids = {j.name: j.id for j in (await session.scalars(select(Job))).all()}
+    alice = await open_browser("alice")
+    listing = (await alice.get("/jobs")).text
+    assert f'data-testid="compare-{ids["a-run"]}"' in listing
+    assert 'action="/jobs/compare"' in listing
+    page = await alice.get(f"/jobs/compare?ids={ids['a-run']},{ids['a-fail']}")
+    assert page.status_code == 200, page.text
+    assert page.text.count('data-testid="compare-row"') == 2
+    assert f"/api/v1/jobs/{ids['a-fail']}/metrics" in page.text
+    both = await alice.get(f"/jobs/compare?ids={ids['a-run']}&ids={ids['a-wait']}")
+    assert both.text.count('data-testid="compare-row"') == 2
+    for bad in ("", "1,x", "-1", ",".join(str(i) for i in range(1, 12))):
+        refused = await alice.get(f"/jobs/compare?ids={bad}")
+        assert refused.status_code == 422, (bad, refused.status_code)
+        assert "ids=1,2,3" in refused.text or "at most 10" in refused.text
+    # bob's job reads as missing to alice, as on its own page.
+    hidden = await alice.get(f"/jobs/compare?ids={ids['a-run']},{ids['b-run']}")
+    assert hidden.status_code == 404
+    assert "b-run" not in hidden.text
+
+
+async def test_the_job_and_node_pages_chart_their_series(center: Center, db: Database, admin: Browser) -> None:
+    async with db.read() as session:
+        job_id = await session.scalar(select(Job.id).where(Job.name == "a-run"))
+        node_id = await session.scalar(select(Node.id).where(Node.name == "n1"))
+    job = (await admin.get(f"/jobs/{job_id}")).text
+    for key in ("replica-cpu", "replica-memory", "replica-accelerator-memory"):
+        assert f'data-testid="chart-{key}"' in job
+    assert f"&#34;job_id&#34;: {job_id}" in job
+    node = (await admin.get(f"/nodes/{node_id}")).text
+    for key in ("node-cpu", "node-memory", "node-disk", "node-network", "accelerator-utilization"):
+        assert f'data-testid="chart-{key}"' in node
+    assert 'data-empty="no accelerator telemetry"' in node
+    assert "/static/charts.js" in node

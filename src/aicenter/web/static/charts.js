@@ -317,9 +317,14 @@
 
   function param(name) { return new URLSearchParams(window.location.search).get(name); }
 
+  // The page's default range sits on its picker (a job's page picks one that covers the job's run).
+  function defaultRange() {
+    var picker = document.querySelector("[data-chart-range]");
+    return (picker && picker.getAttribute("data-default")) || "1h";
+  }
+
   function range() {
-    var chosen = param("range");
-    return RANGES[chosen] || RANGES[document.body.getAttribute("data-default-range") || "1h"] || 3600;
+    return RANGES[param("range")] || RANGES[defaultRange()] || 3600;
   }
 
   function stepFor(spanS) {
@@ -460,7 +465,7 @@
   }
 
   function marks() {
-    var chosen = param("range") || document.body.getAttribute("data-default-range") || "1h";
+    var chosen = RANGES[param("range")] ? param("range") : defaultRange();
     document.querySelectorAll("[data-chart-range] a[data-range]").forEach(function (a) {
       var on = a.getAttribute("data-range") === chosen;
       a.classList.toggle("active", on);
