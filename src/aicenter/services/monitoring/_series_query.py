@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.config import Settings
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import RangeTooWide, UnknownSeries, ValidationFailed
 from aicenter.db.models import MetricPoint, MetricRollup, MetricSeries
@@ -54,6 +55,10 @@ class Retention:
     raw_s: int = 24 * 3600
     five_min_s: int = 90 * 24 * 3600
     hour_s: int = 5 * 365 * 24 * 3600
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Retention:
+        return cls(settings.metrics_raw_retention_s, settings.metrics_5m_retention_s, settings.metrics_1h_retention_s)
 
 
 @dataclass(frozen=True, slots=True)
