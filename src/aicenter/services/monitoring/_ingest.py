@@ -178,8 +178,7 @@ async def store_reported(session: AsyncSession, job_id: int, chunks: Sequence[Fi
             await session.execute(
                 select(MetricIngestCursor.path, MetricIngestCursor.offset).where(MetricIngestCursor.job_id == job_id)
             )
-        )
-        .all()
+        ).all()
     )
     fresh = [c for c in chunks if stored.get(c.path, 0) == c.start]
     points = await record_samples(session, [s for c in fresh for s in c.samples])
