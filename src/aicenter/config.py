@@ -112,6 +112,33 @@ class Settings(BaseSettings):
         description="How long /metrics reuses the platform counts it read from the database, in seconds, so "
         "that several scrapers never add up to more than one set of aggregate queries per interval.",
     )
+    metrics_raw_retention_s: int = Field(
+        default=24 * 3600,
+        ge=300,
+        description="How long raw metric points (every sample, every reported value) are kept, in seconds; older "
+        "ranges are read from the 5-minute rollups.",
+    )
+    metrics_5m_retention_s: int = Field(
+        default=90 * 24 * 3600,
+        ge=3600,
+        description="How long the 5-minute rollups (count, sum, min, max per series) are kept, in seconds.",
+    )
+    metrics_1h_retention_s: int = Field(
+        default=5 * 365 * 24 * 3600,
+        ge=24 * 3600,
+        description="How long the hourly rollups are kept, in seconds.",
+    )
+    metrics_ingest_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Interval at which the values jobs report (aicenter.runtime.report, metrics.jsonl) are "
+        "copied into the series store as report.<name>, in seconds.",
+    )
+    metrics_prune_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Interval at which metric points past their retention are deleted, in seconds.",
+    )
 
     sse_ping_s: float = Field(
         default=15.0,

@@ -112,3 +112,17 @@ class Damaged(AicenterError):
 
     code = "damaged"
     status = 500
+
+
+class RangeTooWide(AicenterError):
+    """A series query would return more points than a chart can use; ``details['min_step_s']`` is the smallest
+    step that fits."""
+
+    code = "range_too_wide"
+    status = 400
+
+
+class UnknownSeries(NotFound):
+    """No series of that name (among those the caller may see) matches the filters."""
+
+    code = "unknown_series"

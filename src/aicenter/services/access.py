@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import Forbidden, NotFound
@@ -72,3 +72,8 @@ async def require_user_data_access(session: AsyncSession, actor: Actor, workspac
             f"(`aicenter workspace admins-read-logs {workspace.name} allow`)",
             details={"workspace_id": workspace_id},
         )
+
+
+def member_workspace_ids(actor: Actor) -> Select[int]:
+    """The ids of the workspaces the actor is a member of, as a subquery for ``column.in_(...)``."""
+    return select(Membership.workspace_id).where(Membership.user_id == actor.user_id)

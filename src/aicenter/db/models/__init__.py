@@ -5,6 +5,7 @@ from aicenter.db.models.catalog import CatalogItem, CatalogVersion, ImageBuild, 
 from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
 from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
 from aicenter.db.models.lease import Lease
+from aicenter.db.models.monitoring import MetricIngestCursor, MetricPoint, MetricRollup, MetricSeries
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
 
 __all__ = [
@@ -20,6 +21,10 @@ __all__ = [
     "Lease",
     "LoginAttempt",
     "Membership",
+    "MetricIngestCursor",
+    "MetricPoint",
+    "MetricRollup",
+    "MetricSeries",
     "Node",
     "Pool",
     "PoolGrant",

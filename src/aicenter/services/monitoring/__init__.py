@@ -2,8 +2,18 @@
 
 ``overview`` is the console's dashboard (what the center, or a member's workspaces, are doing now).
 ``snapshot`` reads the platform's state as a few aggregate numbers for the Prometheus exposition at ``/metrics``.
+Series (``record_samples``, ``query_series``, ``latest_values``, ``series_names``) store sampled and reported
+values with 5-minute and hourly rollups, queried by range with server-side downsampling.
 """
 
+from aicenter.services.monitoring._ingest import (
+    REPORT_PREFIX,
+    FileChunk,
+    IngestTarget,
+    ingest_targets,
+    read_reported,
+    store_reported,
+)
 from aicenter.services.monitoring._overview import (
     NodeDown,
     Overview,
@@ -12,16 +22,56 @@ from aicenter.services.monitoring._overview import (
     WorkspaceUse,
     overview,
 )
+from aicenter.services.monitoring._series import ROLLUP_STEPS, Sample, forget_series_ids, record_samples
+from aicenter.services.monitoring._series_prune import PruneResult, prune_series
+from aicenter.services.monitoring._series_query import (
+    DEFAULT_POINTS,
+    MAX_POINTS,
+    MAX_SERIES,
+    LatestValue,
+    Retention,
+    SeriesData,
+    SeriesPoint,
+    SeriesResult,
+    auto_step,
+    latest_values,
+    query_series,
+    series_names,
+)
 from aicenter.services.monitoring._snapshot import NO_POOL, PlatformSnapshot, snapshot
 
 __all__ = [
+    "DEFAULT_POINTS",
+    "MAX_POINTS",
+    "MAX_SERIES",
     "NO_POOL",
+    "REPORT_PREFIX",
+    "ROLLUP_STEPS",
+    "FileChunk",
+    "IngestTarget",
+    "LatestValue",
     "NodeDown",
     "Overview",
     "PlatformSnapshot",
+    "PruneResult",
     "QueueWait",
     "ResourceUse",
+    "Retention",
+    "Sample",
+    "SeriesData",
+    "SeriesPoint",
+    "SeriesResult",
     "WorkspaceUse",
+    "auto_step",
+    "forget_series_ids",
+    "ingest_targets",
+    "latest_values",
     "overview",
+    "prune_series",
+    "query_series",
+    "read_reported",
+    "record_samples",
+    "series_names",
     "snapshot",
+    "store_reported",
 ]

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: ab6477ee84f2
+Revision ID: 421bc41d2f6c
 Revises: 
-Create Date: 2026-12-03 06:39:06.684235
+Create Date: 2026-12-05 06:45:04.413275
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'ab6477ee84f2'
+revision: str = '421bc41d2f6c'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -328,6 +328,36 @@ def upgrade() -> None:
     with op.batch_alter_table('job_events', schema=None) as batch_op:
         batch_op.create_index('ix_job_events_job_id_at', ['job_id', 'at'], unique=False)
 
+    op.create_table('metric_ingest_cursors',
+    sa.Column('path', sa.String(length=1024), nullable=False),
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('offset', sa.BigInteger(), nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_metric_ingest_cursors_job_id_jobs'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('path', name=op.f('pk_metric_ingest_cursors'))
+    )
+    with op.batch_alter_table('metric_ingest_cursors', schema=None) as batch_op:
+        batch_op.create_index('ix_metric_ingest_cursors_job_id', ['job_id'], unique=False)
+
+    op.create_table('metric_series',
+    sa.Column('series_key', sa.String(length=1024), nullable=False),
+    sa.Column('name', sa.String(length=200), nullable=False),
+    sa.Column('labels_key', sa.String(length=512), nullable=False),
+    sa.Column('labels', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('node_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_metric_series_job_id_jobs'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_metric_series_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_metric_series')),
+    sa.UniqueConstraint('series_key', name=op.f('uq_metric_series_series_key')),
+    sqlite_autoincrement=True
+    )
+    with op.batch_alter_table('metric_series', schema=None) as batch_op:
+        batch_op.create_index('ix_metric_series_job_id', ['job_id'], unique=False)
+        batch_op.create_index('ix_metric_series_name', ['name'], unique=False)
+        batch_op.create_index('ix_metric_series_node_id', ['node_id'], unique=False)
+
     op.create_table('replicas',
     sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('task', sa.String(length=64), nullable=False),
@@ -408,6 +438,24 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_image_builds_lock_expires_at'), ['lock_expires_at'], unique=False)
         batch_op.create_index(batch_op.f('ix_image_builds_state'), ['state'], unique=False)
 
+    op.create_table('metric_points',
+    sa.Column('series_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('at_ms', sa.BigInteger(), nullable=False),
+    sa.Column('value', sa.Float(), nullable=False),
+    sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_points_series_id_metric_series'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('series_id', 'at_ms', name=op.f('pk_metric_points'))
+    )
+    op.create_table('metric_rollups',
+    sa.Column('series_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('step_s', sa.Integer(), nullable=False),
+    sa.Column('bucket_ms', sa.BigInteger(), nullable=False),
+    sa.Column('count', sa.BigInteger(), nullable=False),
+    sa.Column('sum', sa.Float(), nullable=False),
+    sa.Column('min', sa.Float(), nullable=False),
+    sa.Column('max', sa.Float(), nullable=False),
+    sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_rollups_series_id_metric_series'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'))
+    )
     op.create_table('version_files',
     sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('path', sa.String(length=1024), nullable=False),
@@ -429,6 +477,8 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_version_files_sha256'))
 
     op.drop_table('version_files')
+    op.drop_table('metric_rollups')
+    op.drop_table('metric_points')
     with op.batch_alter_table('image_builds', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_image_builds_state'))
         batch_op.drop_index(batch_op.f('ix_image_builds_lock_expires_at'))
@@ -444,6 +494,16 @@ def downgrade() -> None:
         batch_op.drop_index('ix_replicas_status')
 
     op.drop_table('replicas')
+    with op.batch_alter_table('metric_series', schema=None) as batch_op:
+        batch_op.drop_index('ix_metric_series_node_id')
+        batch_op.drop_index('ix_metric_series_name')
+        batch_op.drop_index('ix_metric_series_job_id')
+
+    op.drop_table('metric_series')
+    with op.batch_alter_table('metric_ingest_cursors', schema=None) as batch_op:
+        batch_op.drop_index('ix_metric_ingest_cursors_job_id')
+
+    op.drop_table('metric_ingest_cursors')
     with op.batch_alter_table('job_events', schema=None) as batch_op:
         batch_op.drop_index('ix_job_events_job_id_at')
 
