@@ -123,6 +123,43 @@ async def test_an_admin_sees_the_whole_center(center: Center, db: Database) -> N
     assert queue["gpu"].median_wait_s == pytest.approx(60, abs=1)
 
 
+async def test_used_comes_from_the_latest_fresh_samples(center: Center, db: Database) -> None:
+    now = utcnow()
+    async with db.write() as session:
+        n1 = await session.scalar(select(Node).where(Node.name == "n1"))
+        n2 = await session.scalar(select(Node).where(Node.name == "n2"))
+        assert n1 is not None and n2 is not None
+        at1, at2 = {"node": "n1"}, {"node": "n2"}
+        await monitoring.record_samples(
+            session,
+            [
+                monitoring.Sample("node.cpu_utilization", now - timedelta(minutes=5), 0.9, at1, node_id=n1.id),
+                monitoring.Sample("node.cpu_utilization", now - timedelta(seconds=10), 0.25, at1, node_id=n1.id),
+                # n2's newest sample is stale (10 minutes): its use is unknown, not its last word.
+                monitoring.Sample("node.cpu_utilization", now - timedelta(minutes=10), 1.0, at2, node_id=n2.id),
+                *(
+                    monitoring.Sample(
+                        "accelerator.utilization",
+                        now - timedelta(seconds=5),
+                        value,
+                        {"node": "n1", "device": str(i), "type": "a100"},
+                        node_id=n1.id,
+                    )
+                    for i, value in enumerate((0.5, 0.3))
+                ),
+            ],
+        )
+    async with db.read() as session:
+        o = await monitoring.overview(session, ADMIN)
+    used = {(r.pool, r.resource): r.used for r in o.resources}
+    assert used[(None, "cpu")] == pytest.approx(2.0)  # 25% of n1's 8 cores
+    assert used[(None, "a100")] == pytest.approx(0.8)  # two devices at 50% and 30%
+    assert used[("gpu", "cpu")] == pytest.approx(2.0)
+    assert o.telemetry
+    total = next(r for r in o.resources if r.pool is None and r.resource == "a100")
+    assert total.used_ratio == pytest.approx(0.4)
+
+
 async def test_a_member_sees_their_workspaces_and_their_pools_totals(center: Center, db: Database) -> None:
     async with db.read() as session:
         alice = await monitoring.overview(session, center.alice)
@@ -168,6 +205,7 @@ async def test_the_home_page_shows_the_overview_by_role(
     assert re.search(r'data-testid="tile-failed">.*?tile-value">1<', page, re.S)
     total = _row(page, "all", "cpu")
     assert (_cell(total, "capacity"), _cell(total, "allocated"), _cell(total, "used")) == ("12", "6", "no telemetry")
+    assert "no telemetry" in page.split('data-testid="tile-resource-cpu"', 1)[1].split("</div></div>", 2)[1]
     assert 'data-testid="node-down-row" data-node="n2"' in page
     assert 'data-workspace="bob"' in page
     assert 'data-testid="chart-cluster-cpu"' in page

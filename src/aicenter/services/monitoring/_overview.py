@@ -26,6 +26,7 @@ from aicenter.core.pools import is_member
 from aicenter.core.roles import NodeState
 from aicenter.db.models import Job, Membership, Node, Pool, PoolGrant, Replica, Workspace
 from aicenter.services.context import Actor
+from aicenter.services.monitoring._series_query import latest_values
 
 # Replicas that hold their node's resources: planned on it, launching or running.
 _HOLDING = (ReplicaStatus.PENDING.value, ReplicaStatus.STARTING.value, ReplicaStatus.RUNNING.value)
@@ -210,11 +211,6 @@ async def _held(session: AsyncSession, mine: Sequence[int] | None) -> _Held:
 
 async def _latest_used(session: AsyncSession, cores: dict[int, float]) -> dict[int, dict[str, float]]:
     """Node id -> resource -> what the latest fresh samples say is in use (busy cores; summed device utilization)."""
-    from aicenter.services import monitoring  # the series store (branch series) sits beside this module
-
-    latest_values = getattr(monitoring, "latest_values", None)
-    if latest_values is None:
-        return {}
     out: dict[int, dict[str, float]] = defaultdict(dict)
     for v in await latest_values(session, None, names=USED_SERIES, max_age_s=STALE_S):
         if v.node_id is None or v.node_id not in cores:
