@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -144,3 +145,125 @@ def test_the_compare_page_overlays_runs_from_the_jobs_list(server: Server, page:
     # Hiding a line from its legend entry leaves the other one.
     loss.locator("[data-testid=chart-legend-item]").first.click()
     assert loss.locator("[data-testid=chart-line]").count() == 1
+
+
+def _seed(server: Server, samples: list[Any]) -> None:
+    """record_samples into the server's own SQLite database, in a thread of its own: Playwright's event loop runs
+    in this one for the whole module."""
+    from aicenter.services.monitoring import record_samples
+
+    async def write() -> None:
+        db = Database(f"sqlite+aiosqlite:///{server.home / 'aicenter.db'}")
+        try:
+            async with db.write() as session:
+                await record_samples(session, samples)
+        finally:
+            await db.dispose()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, write()).result(timeout=60)
+
+
+def _drawn(page: Any, key: str) -> Any:
+    chart = page.locator(f"[data-testid=chart-{key}]")
+    chart.locator("[data-testid=chart-line]").first.wait_for()
+    assert chart.get_attribute("data-state") == "drawn"
+    return chart
+
+
+def _empty(page: Any, key: str, text: str) -> None:
+    chart = page.locator(f"[data-testid=chart-{key}][data-state=empty]")
+    chart.wait_for()
+    assert chart.locator("[data-testid=chart-empty]").inner_text() == text
+    assert chart.locator("[data-testid=chart-line]").count() == 0
+
+
+def test_home_node_and_job_pages_chart_the_series_with_readable_units(server: Server, page: Any, api: Client) -> None:
+    from aicenter.services.monitoring import Sample
+
+    node = api.list_nodes()[0]
+    job = api.submit_job(_spec("sampled", "true"))
+    now = utcnow()
+    on_node = {"node": node.name}
+    replica = {"task": "worker", "replica": "0"}
+    minutes = range(20)  # one sample a minute for the last 20 minutes
+    samples = [
+        *(
+            Sample("node.cpu_utilization", now - timedelta(minutes=m), 0.2 + m / 50, on_node, node_id=node.id)
+            for m in minutes
+        ),
+        # Three days old: only the 7-day range reaches it.
+        Sample("node.cpu_utilization", now - timedelta(days=3), 0.9, on_node, node_id=node.id),
+        *(
+            Sample("node.memory_used_bytes", now - timedelta(minutes=m), 3 * GiB, on_node, node_id=node.id)
+            for m in minutes
+        ),
+        *(
+            Sample("node.memory_total_bytes", now - timedelta(minutes=m), 16 * GiB, on_node, node_id=node.id)
+            for m in minutes
+        ),
+        *(
+            Sample(
+                name,
+                now - timedelta(minutes=m),
+                value,
+                replica,
+                workspace_id=job.workspace_id,
+                job_id=job.id,
+                node_id=node.id,
+            )
+            for m in minutes
+            for name, value in (("replica.cpu_cores", 1.5), ("replica.memory_bytes", 300 * 2**20))
+        ),
+    ]
+    _seed(server, samples)
+
+    # Home: the cluster's CPU over the last hour, as a percentage; memory in GiB; no accelerators here.
+    page.goto(f"{server.url}/")
+    cpu = _drawn(page, "cluster-cpu")
+    assert _line_points(cpu.locator("[data-testid=chart-line]").get_attribute("d")) == 20
+    yticks = cpu.locator("[data-testid=chart-ytick]").all_text_contents()
+    assert yticks[0] == "0%"
+    assert yticks[-1] == "100%"
+    memory = _drawn(page, "cluster-memory")
+    assert memory.locator("[data-testid=chart-legend-item]").all_text_contents() == ["used 3 GiB", "total 16 GiB"]
+    assert any(t.endswith(" GiB") for t in memory.locator("[data-testid=chart-ytick]").all_text_contents())
+    _empty(page, "cluster-accelerators", "no accelerator telemetry")
+
+    # Hovering shows the values under the pointer, with their unit and time.
+    box = cpu.locator("svg").bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 20, box["y"] + box["height"] / 2)
+    tip = cpu.locator("[data-testid=chart-tooltip]")
+    tip.wait_for()
+    assert re.search(r"all nodes: \d+(\.\d+)?%", tip.inner_text())
+    assert "UTC" in tip.inner_text()
+
+    # The range picker asks the series API again, for seven days at an hourly step; the old sample shows up.
+    with page.expect_request(lambda r: "/api/v1/series" in r.url and "node.cpu_utilization" in r.url) as asked:
+        page.click("[data-testid=range-7d]")
+    query = parse_qs(urlparse(asked.value.url).query)
+    span = datetime.fromisoformat(query["end"][0]) - datetime.fromisoformat(query["start"][0])
+    assert span == timedelta(days=7)
+    assert query["step"] == ["3600"]
+    assert "range=7d" in page.url
+    page.locator("[data-testid=chart-cluster-cpu]:not([data-loading])[data-points='3']").wait_for()
+    assert page.locator("[data-testid=range-7d]").get_attribute("aria-current") == "true"
+    page.select_option("[data-testid=auto-refresh]", "15")
+    assert "refresh=15" in page.url
+
+    # Node page: utilization over time; "no accelerator telemetry" for a node without NVML; disk never sampled.
+    page.goto(f"{server.url}/nodes/{node.id}")
+    assert _line_points(_drawn(page, "node-cpu").locator("[data-testid=chart-line]").get_attribute("d")) == 20
+    node_memory = _drawn(page, "node-memory")
+    assert node_memory.locator("[data-testid=chart-legend-item]").all_text_contents() == ["used 3 GiB", "total 16 GiB"]
+    _empty(page, "accelerator-utilization", "no accelerator telemetry")
+    _empty(page, "node-disk", "no samples yet")
+
+    # Job page: resource use per replica, in cores and MiB.
+    page.goto(f"{server.url}/jobs/{job.id}")
+    replica_cpu = _drawn(page, "replica-cpu")
+    assert replica_cpu.locator("[data-testid=chart-legend-item]").all_text_contents() == ["worker-0 1.5 cores"]
+    assert replica_cpu.locator("[data-testid=chart-latest]").inner_text() == "1.5 cores"
+    replica_memory = _drawn(page, "replica-memory")
+    assert replica_memory.locator("[data-testid=chart-latest]").inner_text() == "300 MiB"
+    _empty(page, "replica-accelerator-memory", "no accelerator memory reported")

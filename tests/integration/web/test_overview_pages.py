@@ -128,7 +128,8 @@ async def test_used_comes_from_the_latest_fresh_samples(center: Center, db: Data
     async with db.write() as session:
         n1 = await session.scalar(select(Node).where(Node.name == "n1"))
         n2 = await session.scalar(select(Node).where(Node.name == "n2"))
-        assert n1 is not None and n2 is not None
+        assert n1 is not None
+        assert n2 is not None
         at1, at2 = {"node": "n1"}, {"node": "n2"}
         await monitoring.record_samples(
             session,
