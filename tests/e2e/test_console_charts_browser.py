@@ -166,7 +166,7 @@ def _seed(server: Server, samples: list[Any]) -> None:
 
 def _drawn(page: Any, key: str) -> Any:
     chart = page.locator(f"[data-testid=chart-{key}]")
-    chart.locator("[data-testid=chart-line]").first.wait_for()
+    chart.locator("[data-testid=chart-line]").first.wait_for(state="attached")  # a flat line has no height
     assert chart.get_attribute("data-state") == "drawn"
     return chart
 
@@ -181,7 +181,7 @@ def _empty(page: Any, key: str, text: str) -> None:
 def test_home_node_and_job_pages_chart_the_series_with_readable_units(server: Server, page: Any, api: Client) -> None:
     from aicenter.services.monitoring import Sample
 
-    node = api.list_nodes()[0]
+    node = next(iter(api.list_nodes()))
     job = api.submit_job(_spec("sampled", "true"))
     now = utcnow()
     on_node = {"node": node.name}
@@ -246,7 +246,12 @@ def test_home_node_and_job_pages_chart_the_series_with_readable_units(server: Se
     assert span == timedelta(days=7)
     assert query["step"] == ["3600"]
     assert "range=7d" in page.url
-    page.locator("[data-testid=chart-cluster-cpu]:not([data-loading])[data-points='3']").wait_for()
+    # Hourly means: the 20 recent samples fall in one or two hours, the old one in its own.
+    page.wait_for_function(
+        "() => { const c = document.querySelector('[data-testid=chart-cluster-cpu]');"
+        " return !c.hasAttribute('data-loading') && ['2', '3'].includes(c.getAttribute('data-points')); }"
+    )
+    assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d", cpu.locator("[data-testid=chart-xtick]").first.text_content() or "")
     assert page.locator("[data-testid=range-7d]").get_attribute("aria-current") == "true"
     page.select_option("[data-testid=auto-refresh]", "15")
     assert "refresh=15" in page.url

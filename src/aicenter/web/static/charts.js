@@ -93,7 +93,9 @@
       if (step >= raw) { break; }
     }
     var out = [];
-    for (var v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) { out.push(v); }
+    // From the tick at or below lo to the one at or above hi: the top line always has its label.
+    var top = Math.ceil(hi / step - 1e-9) * step;
+    for (var v = Math.floor(lo / step + 1e-9) * step; v <= top + step * 1e-9; v += step) { out.push(v); }
     return out;
   }
 
@@ -408,7 +410,8 @@
       });
     }
     var queries = JSON.parse(holder.getAttribute("data-series") || "[]");
-    var endS = Math.floor(Date.now() / 1000), spanS = range(), startS = endS - spanS;
+    // The range's end is exclusive and sampled in whole seconds: a second past now keeps the newest sample in.
+    var endS = Math.ceil(Date.now() / 1000) + 1, spanS = range(), startS = endS - spanS;
     var step = stepFor(spanS);
     holder.setAttribute("data-loading", "");
     return Promise.all(queries.map(function (q) {
