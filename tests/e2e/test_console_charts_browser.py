@@ -255,6 +255,10 @@ def test_home_node_and_job_pages_chart_the_series_with_readable_units(server: Se
     assert page.locator("[data-testid=range-7d]").get_attribute("aria-current") == "true"
     page.select_option("[data-testid=auto-refresh]", "15")
     assert "refresh=15" in page.url
+    # A refresh tick (called here rather than waited for) swaps in the server's fresh tiles and tables.
+    page.evaluate("document.querySelector('[data-testid=tile-running]').setAttribute('data-stale', '')")
+    page.evaluate("window.AicenterCharts.refresh()")
+    page.locator("[data-testid=tile-running]:not([data-stale])").wait_for()
 
     # Node page: utilization over time; "no accelerator telemetry" for a node without NVML; disk never sampled.
     page.goto(f"{server.url}/nodes/{node.id}")

@@ -493,7 +493,7 @@
   });
 
   window.AicenterCharts = { draw: draw, format: format, formatX: formatX, range: range, reload: loadAll,
-                            stepFor: stepFor };
+                            refresh: refresh, stepFor: stepFor };
 
   function start() {
     marks();
