@@ -78,6 +78,30 @@ def _labels(value: object) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
 
 
+def _amount(value: object) -> str:
+    """An overview amount of cores or devices: ``12``, ``12.5``, ``1.4`` (measured), ``1,024``."""
+    if not isinstance(value, int | float):
+        return "—"
+    return f"{value:.1f}".removesuffix(".0") if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def _duration(seconds: object) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``: a wait or an age, readable at a glance."""
+    if not isinstance(seconds, int | float):
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
+    return f"{seconds / 86400:.1f} d".replace(".0 d", " d")
+
+
+def _percent(ratio: object) -> str:
+    return f"{100 * ratio:.0f}%" if isinstance(ratio, int | float) else "—"
+
+
 def build_environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES_DIR),
@@ -90,6 +114,7 @@ def build_environment() -> Environment:
     env.filters.update(
         cpu=_cpu, memory=_memory, when=_when, iso=_iso, ago=_ago, money=_money, quantity=_quantity, labels=_labels
     )
+    env.filters.update(amount=_amount, duration=_duration, percent=_percent)
     env.globals.update(version=__version__)
     return env
 

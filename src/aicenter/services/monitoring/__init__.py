@@ -2,6 +2,7 @@
 
 ``snapshot`` reads the platform's state as a few aggregate numbers for the Prometheus exposition at ``/metrics``;
 ``ProcessTelemetry`` counts what this process does between scrapes (scheduler cycles, service requests).
+``overview`` is the console's dashboard (what the center, or a member's workspaces, are doing now).
 Series (``record_samples``, ``query_series``, ``latest_values``, ``series_names``) store sampled and reported
 values with 5-minute and hourly rollups, queried by range with server-side downsampling.
 """
@@ -19,6 +20,14 @@ from aicenter.services.monitoring._ingest import (
     ingest_targets,
     read_reported,
     store_reported,
+)
+from aicenter.services.monitoring._overview import (
+    NodeDown,
+    Overview,
+    QueueWait,
+    ResourceUse,
+    WorkspaceUse,
+    overview,
 )
 from aicenter.services.monitoring._series import ROLLUP_STEPS, Sample, forget_series_ids, record_samples
 from aicenter.services.monitoring._series_prune import PruneResult, prune_series
@@ -53,19 +62,25 @@ __all__ = [
     "FileChunk",
     "IngestTarget",
     "LatestValue",
+    "NodeDown",
+    "Overview",
     "PlatformSnapshot",
     "ProcessTelemetry",
     "PruneResult",
+    "QueueWait",
+    "ResourceUse",
     "Retention",
     "Sample",
     "SeriesData",
     "SeriesPoint",
     "SeriesResult",
     "UsedFamily",
+    "WorkspaceUse",
     "auto_step",
     "forget_series_ids",
     "ingest_targets",
     "latest_values",
+    "overview",
     "prune_series",
     "query_series",
     "read_reported",

@@ -1,11 +1,12 @@
-"""The home page: who you are, your current workspace with its quotas, and what you can do here."""
+"""The home page: the overview dashboard (what the center, or the member's workspaces, are doing now, with live
+charts), who you are, your current workspace with its quotas, and what you can do here."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from aicenter.services import quotas
+from aicenter.services import monitoring, quotas
 from aicenter.web.console import Page, render
 from aicenter.web.nav import visible_sections
 
@@ -15,8 +16,9 @@ router = APIRouter()
 @router.get("/")
 async def home(cx: Page) -> Response:
     quota_views: list[quotas.QuotaView] = []
-    if cx.workspace is not None:
-        async with cx.ctx.db.read() as session:
+    async with cx.ctx.db.read() as session:
+        overview = await monitoring.overview(session, cx.actor)
+        if cx.workspace is not None:
             quota_views = await quotas.list_quotas(session, cx.actor, cx.workspace.id)
     actions = [e for _, entries in visible_sections(cx) for e in entries if e.description]
-    return render(cx, "home.html", active="home", title="Home", quotas=quota_views, actions=actions)
+    return render(cx, "home.html", active="home", title="Home", overview=overview, quotas=quota_views, actions=actions)

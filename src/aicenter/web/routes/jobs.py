@@ -9,6 +9,7 @@ field that holds them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -17,7 +18,8 @@ from starlette.responses import Response
 
 from aicenter.api.params import Id
 from aicenter.core.catalog import ItemKind, Scope, VersionState
-from aicenter.core.errors import AicenterError
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
 from aicenter.services import catalog, inventory, jobs
 from aicenter.services.access import may_read_user_data
@@ -75,6 +77,9 @@ ALIASES = {
     "workspace": "workspace_id",
 }
 YAML_FIELDS = ("yaml", "workspace_id")
+# Chart ranges (templates/_charts.html) by length; a job's page starts on the smallest covering its run.
+RANGES = (("1h", 3600), ("6h", 21600), ("24h", 86400), ("7d", 604800), ("30d", 2592000), ("90d", 7776000))
+MAX_COMPARED = 10  # lines per chart on the compare page: past ten, colours repeat and nobody can read it
 _CHOICES = 100  # items per kind and scope offered in a select: a form, not a catalog browser
 _VERSIONS_PER_ITEM = 5
 
@@ -284,6 +289,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         {"name": t.get("name", "worker"), "replicas": int(t.get("replicas", 1)), **t} for t in job.spec.get("tasks", [])
     ]
     latest = max((r.attempt for r in view.replicas), default=0)
+    started = job.started_at or min((r.started_at for r in view.replicas if r.started_at), default=None)
     return render(
         cx,
         "jobs/detail.html",
@@ -298,10 +304,41 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         earlier=[r for r in view.replicas if r.attempt != latest],
         # A job that fails while starting never reaches running (the job's started_at); its replicas did start.
         saved_model=saved,
-        started=job.started_at or min((r.started_at for r in view.replicas if r.started_at), default=None),
+        started=started,
+        default_range=covering_range(started),
         badges=BADGES,
         finished=job.status in FINISHED,
         logs_readable=logs_readable,
+    )
+
+
+def covering_range(start: datetime | None) -> str:
+    """The smallest chart range (1h ... 90d) reaching back from now to a run's ``start``.
+
+    Ranges end now, so a finished job's charts need one reaching its start, not one as long as its run.
+    """
+    if start is None:
+        return RANGES[0][0]
+    start = start if start.tzinfo else start.replace(tzinfo=UTC)
+    span = (utcnow() - start).total_seconds()
+    return next((name for name, seconds in RANGES if seconds >= span), RANGES[-1][0])
+
+
+@router.get("/jobs/compare")
+async def compare_jobs(cx: Page) -> Response:
+    """Several jobs' reported metrics overlaid, one line per job: ``/jobs/compare?ids=1,2,3`` (or ``ids=1&ids=2``)."""
+    raw = ",".join(v for v in cx.request.query_params.getlist("ids"))
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and len(p) <= 18 for p in parts):
+        raise ValidationFailed("give the jobs to compare as ids=1,2,3 (job ids)", field="ids")
+    ids = list(dict.fromkeys(int(p) for p in parts))
+    if len(ids) > MAX_COMPARED:
+        raise ValidationFailed(f"compare at most {MAX_COMPARED} jobs at once (got {len(ids)})", field="ids")
+    async with cx.ctx.db.read() as session:
+        views = [await jobs.get_job(session, cx.actor, job_id) for job_id in ids]
+    sources = [{"label": f"#{v.job.id} {v.job.name}", "url": f"/api/v1/jobs/{v.job.id}/metrics"} for v in views]
+    return render(
+        cx, "jobs/compare.html", active="jobs", title="Compare jobs", views=views, sources=sources, badges=BADGES
     )
 
 
