@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import RangeTooWide, UnknownSeries, ValidationFailed
@@ -188,3 +188,27 @@ async def test_non_finite_values_are_dropped_and_names_are_checked(db: Database)
         await write(db, [Sample("x" * 201, now, 1.0)])
     with pytest.raises(ValidationFailed):
         await write(db, [Sample("naive", datetime(2026, 1, 1), 1.0)])
+
+
+async def test_a_deleted_series_is_created_again_despite_the_id_cache(db: Database) -> None:
+    """Another server's prune (or a job's deletion) removes a series this process has cached: the cached id then
+    fails the points' foreign key, and the batch resolves the series afresh instead of writing into another."""
+    p: People = await people(db)
+    now = utcnow()
+    await write(db, [cpu(now - timedelta(seconds=3), 1.0)])
+    async with db.write() as session:
+        [old_id] = await session.scalars(select(MetricSeries.id))
+        await session.execute(delete(MetricSeries))  # not through this process: its id cache still holds old_id
+    job_id = await new_job(db, p.ws)
+    job_sample = Sample("report.loss", now, 0.5, {"task": "worker", "replica": "0"}, p.ws, job_id)
+    assert await write(db, [job_sample, cpu(now - timedelta(seconds=2), 2.0)]) == 2
+    async with db.read() as session:
+        rows = dict((await session.execute(select(MetricSeries.name, MetricSeries.id))).all())
+        values = dict((await session.execute(select(MetricPoint.series_id, MetricPoint.value))).all())
+    assert old_id not in rows.values()  # ids are never reused
+    assert values == {rows["node.cpu_utilization"]: 2.0, rows["report.loss"]: 0.5}
+    # A job's series go with the job.
+    async with db.write() as session:
+        await session.delete(await session.get(Job, job_id))
+    async with db.read() as session:
+        assert list(await session.scalars(select(MetricSeries.name))) == ["node.cpu_utilization"]
