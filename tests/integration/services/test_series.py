@@ -212,3 +212,20 @@ async def test_a_deleted_series_is_created_again_despite_the_id_cache(db: Databa
         await session.delete(await session.get(Job, job_id))
     async with db.read() as session:
         assert list(await session.scalars(select(MetricSeries.name))) == ["node.cpu_utilization"]
+
+
+async def test_equal_names_and_labels_of_two_workspaces_stay_two_series(db: Database) -> None:
+    p: People = await people(db)
+    now = utcnow()
+    await write(
+        db,
+        [
+            Sample("workspace.used", now, 1.0, workspace_id=p.ws),
+            Sample("workspace.used", now, 2.0, workspace_id=p.carol_ws),
+        ],
+    )
+    async with db.read() as session:
+        bob = await monitoring.latest_values(session, p.bob, names=["workspace.used"])
+        everyone = await monitoring.latest_values(session, None, names=["workspace.used"])
+    assert [(v.workspace_id, v.value) for v in bob] == [(p.ws, 1.0)]
+    assert sorted(v.value for v in everyone) == [1.0, 2.0]
