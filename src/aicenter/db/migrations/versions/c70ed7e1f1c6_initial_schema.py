@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 80851525f8d9
+Revision ID: c70ed7e1f1c6
 Revises: 
-Create Date: 2026-12-05 07:04:14.346432
+Create Date: 2026-12-05 07:19:23.719133
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '80851525f8d9'
+revision: str = 'c70ed7e1f1c6'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -528,7 +528,8 @@ def upgrade() -> None:
     sa.Column('at_ms', sa.BigInteger(), nullable=False),
     sa.Column('value', sa.Float(), nullable=False),
     sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_points_series_id_metric_series'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('series_id', 'at_ms', name=op.f('pk_metric_points'))
+    sa.PrimaryKeyConstraint('series_id', 'at_ms', name=op.f('pk_metric_points'), postgresql_include=['value']),
+    sqlite_with_rowid=False
     )
     op.create_table('metric_rollups',
     sa.Column('series_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -539,7 +540,8 @@ def upgrade() -> None:
     sa.Column('min', sa.Float(), nullable=False),
     sa.Column('max', sa.Float(), nullable=False),
     sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_rollups_series_id_metric_series'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'))
+    sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'), postgresql_include=['count', 'sum', 'min', 'max']),
+    sqlite_with_rowid=False
     )
     op.create_table('notifications',
     sa.Column('channel_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
