@@ -5,7 +5,16 @@ Series (``record_samples``, ``query_series``, ``latest_values``, ``series_names`
 values with 5-minute and hourly rollups, queried by range with server-side downsampling.
 """
 
+from aicenter.services.monitoring._ingest import (
+    REPORT_PREFIX,
+    FileChunk,
+    IngestTarget,
+    ingest_targets,
+    read_reported,
+    store_reported,
+)
 from aicenter.services.monitoring._series import ROLLUP_STEPS, Sample, forget_series_ids, record_samples
+from aicenter.services.monitoring._series_prune import PruneResult, prune_series
 from aicenter.services.monitoring._series_query import (
     DEFAULT_POINTS,
     MAX_POINTS,
@@ -27,9 +36,13 @@ __all__ = [
     "MAX_POINTS",
     "MAX_SERIES",
     "NO_POOL",
+    "REPORT_PREFIX",
     "ROLLUP_STEPS",
+    "FileChunk",
+    "IngestTarget",
     "LatestValue",
     "PlatformSnapshot",
+    "PruneResult",
     "Retention",
     "Sample",
     "SeriesData",
@@ -37,9 +50,13 @@ __all__ = [
     "SeriesResult",
     "auto_step",
     "forget_series_ids",
+    "ingest_targets",
     "latest_values",
+    "prune_series",
     "query_series",
+    "read_reported",
     "record_samples",
     "series_names",
     "snapshot",
+    "store_reported",
 ]

@@ -92,7 +92,7 @@ async def _resolve(session: AsyncSession, rows: Mapping[str, dict[str, Any]]) ->
         for i in range(0, len(missing), _IN_CHUNK):
             chunk = missing[i : i + _IN_CHUNK]
             stmt = select(MetricSeries.series_key, MetricSeries.id).where(MetricSeries.series_key.in_(chunk))
-            found.update((await session.execute(stmt)).tuples().all())
+            found.update((await session.execute(stmt)).all())
         if len(_ids) + len(missing) > _CACHE_MAX:
             _ids.clear()
         _ids.update(((scope, key), found[key]) for key in missing)
