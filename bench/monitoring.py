@@ -12,10 +12,14 @@ Sections (``SECTIONS``; run the ones named on the command line, default all):
   step (6 h from the hourly tier, 360 points), for one series (one name, a label filter) and for one name's ten
   series (ten nodes on one chart). Goal: p50 <= 100 ms. The PostgreSQL plan is printed to show an index scan.
 
-Other helpers add ``sampler`` and ``scrape`` in the same shape: a function taking the parsed arguments and
+* ``sampler``: the sampler's CPU per tick per node and its share of one core at the 15 s interval (budget 1 %):
+  ``LocalExecutor.sample`` with 0 and 10 running replicas, a launcher's ``usage.json`` write, and with
+  ``--ray`` a 3-node Ray cluster on this host (bench/monitoring_sampler.py, which also runs alone).
+
+Other helpers add ``scrape`` in the same shape: a function taking the parsed arguments and
 returning a JSON-able dict.
 
-    python bench/monitoring.py [write] [query] [--backend sqlite --backend postgres] [--batches 20]
+    python bench/monitoring.py [write] [query] [sampler] [--ray] [--backend sqlite --backend postgres] [--batches 20]
         [--series 1000] [--days 90] [--queries 50]
 """
 
@@ -229,9 +233,17 @@ def section_query(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def section_sampler(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from monitoring_sampler import sampler
+
+    return sampler(replicas=10, ticks=50, ray=args.ray)
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "write": section_write,
     "query": section_query,
+    "sampler": section_sampler,
 }
 
 
@@ -239,6 +251,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sections", nargs="*", help=f"Sections to run: {', '.join(SECTIONS)} (default: all).")
     parser.add_argument("--backend", action="append", choices=["sqlite", "postgres"], help="Default: both.")
+    parser.add_argument("--ray", action="store_true", help="sampler: also a 3-node Ray cluster (~60 s to start).")
     parser.add_argument("--batches", type=int, default=20, help="write: timed batches of --series points.")
     parser.add_argument("--series", type=int, default=1000, help="Series stored (write: points per batch).")
     parser.add_argument("--days", type=int, default=90, help="query: days of hourly rollups stored and charted.")

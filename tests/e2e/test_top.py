@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
+from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +63,15 @@ def test_top_once_shows_nodes_jobs_and_top_jobs(sampled_server: Server, cli: Cli
     assert "no accelerator telemetry" in node
     job_line = next(line for line in frame.splitlines() if line.startswith(f"{job_id} "))
     assert re.search(r"\d+(\.\d+)?(Ki|Mi)\b", job_line), job_line  # the replica's sampled memory
+
+    # A member: the cluster's use, none of the admin's jobs, no allocation (the node list is admins' only).
+    cli.run("user", "create", "bob", "--password-stdin", stdin="bob-Passw0rd-1")
+    bob = signed_in(tmp_path, sampled_server, "bob", "bob-Passw0rd-1")
+    member = bob.run("top", "--once").stdout
+    assert "jobs: running 0  queued 0  failed (24h) 0" in member
+    assert "no running jobs" in member
+    assert "(allocation columns: platform admins only)" in member
+    assert re.search(r"^\S+\s+-\s+\d+%\s+-\s+\S+Gi/\S+Gi\s+-\s+none \(no accelerator telemetry\)", member, re.M), member
 
     cli.run("job", "stop", str(job_id))
     bad = cli.run("top", "--interval", "0", check=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from aicenter.client._base import BaseClient, query
+from aicenter.client._series import SeriesMixin
 from aicenter.client.errors import ApiError
 from aicenter.client.models import ApiModel
 
@@ -22,41 +22,39 @@ class LatestValue(ApiModel):
     value: float
 
 
-class LatestMixin(BaseClient):
+class LatestMixin(SeriesMixin):
     def latest_values(
         self, names: Sequence[str], *, window_s: float = 120.0, job_id: int | None = None, node_id: int | None = None
     ) -> list[LatestValue]:
         """The newest value of every series named in ``names`` that has a point in the last ``window_s`` seconds
         (members: cluster series and their workspaces'). A name with no series is simply absent.
 
-        The samplers write every 15 s by default: the default window holds several of their points, and a
-        series that stopped (an ended replica, a node gone) drops out of the answer after it.
+        One ``series`` range query per name over the window, the last point of each series kept. The samplers
+        write every 15 s by default: the default window holds several of their points, and a series that stopped
+        (an ended replica, a node gone) drops out of the answer after it.
         """
         out: list[LatestValue] = []
-        start = (datetime.now(UTC) - timedelta(seconds=window_s)).isoformat()
+        start = datetime.now(UTC) - timedelta(seconds=window_s)
         for name in names:
             try:
-                data = self._json(
-                    "GET", "/series", params=query(name=name, start=start, job_id=job_id, node_id=node_id)
-                )
+                answer = self.series(name, start=start, job_id=job_id, node_id=node_id)
             except ApiError as exc:
                 if exc.code == "unknown_series":
                     continue
                 raise
-            for series in data.get("series", []):
-                points = series.get("points") or []
-                if not points:
+            for data in answer.series:
+                if not data.points:
                     continue
-                last = points[-1]
+                last = data.points[-1]
                 out.append(
                     LatestValue(
                         name=name,
-                        labels=series.get("labels") or {},
-                        workspace_id=series.get("workspace_id"),
-                        job_id=series.get("job_id"),
-                        node_id=series.get("node_id"),
-                        at=last["at"],
-                        value=last["value"],
+                        labels=data.labels,
+                        workspace_id=data.workspace_id,
+                        job_id=data.job_id,
+                        node_id=data.node_id,
+                        at=last.at,
+                        value=last.value,
                     )
                 )
         return out

@@ -103,3 +103,24 @@ async def test_a_running_jobs_replica_and_node_become_series(
     await tick_until(scheduler, reconciler, status_is(db, job_id, "stopped"), "the job to stop")
     await sampler.tick()  # an ended replica is sampled no more
     assert len(await _values(db, "replica.memory_bytes", job_id=job_id, labels=labels)) == 2
+
+
+class BrokenEngine:
+    """An executor whose engine cannot be reached."""
+
+    name = "slurm"
+
+    async def sample(self, handles: object) -> list[object]:
+        raise ConnectionError("slurmctld is not answering")
+
+
+async def test_an_engine_that_fails_hides_no_other_node(db: Database, settings: Settings, tmp_path: Path) -> None:
+    await register_node(db)
+    executors = {"slurm": BrokenEngine(), "local": LocalExecutor(tmp_path, node_name=NODE)}
+    sampler = SamplerController(db, settings, executors, owner="s1")  # type: ignore[arg-type]
+    await sampler.tick()
+    assert sampler.last is not None
+    assert sampler.last.nodes == 1
+    async with db.read() as session:
+        node_id = (await inventory.node_ids(session))[NODE]
+    assert len(await _values(db, "node.memory_used_bytes", node_id=node_id)) == 1

@@ -40,6 +40,9 @@ def test_plan_round_trips_through_json() -> None:
     limited = plan._replace(cpu_milli=500, pids_max=64, cgroups=False, cgroup_parent="/batch")
     assert LauncherPlan.from_json(limited.to_json()) == limited
     assert LauncherPlan("c", "/w").cgroups  # a plan without the key enforces its limits in a cgroup
+    sampled = plan._replace(usage_interval_s=15.0)
+    assert LauncherPlan.from_json(sampled.to_json()) == sampled
+    assert "usage_interval_s" not in plan.to_json()  # off: the plan reads as it always did
 
 
 def test_pump_stamps_lines_and_keeps_partial_ones(tmp_path: Path) -> None:
@@ -111,3 +114,33 @@ def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: P
         launcher.kill()
     record = read_json(tmp_path / "status.json") or {}
     assert (record["state"], record["exit_code"], record["reason"]) == ("exited", -9, "stopped")
+
+
+def test_a_plan_with_a_usage_interval_gets_usage_json_while_the_command_runs(tmp_path: Path) -> None:
+    """Slurm's replica telemetry: the launcher writes the command's CPU seconds and memory every interval."""
+    burn = "sum(range(3 * 10**6)); x = b'x' * (32 << 20); print('ready', flush=True); import time; time.sleep(60)"
+    command = f'{sys.executable} -c "{burn}"'
+    plan = LauncherPlan(command=command, workdir=str(tmp_path), cgroups=False, usage_interval_s=0.2)
+    write_json_atomic(tmp_path / "plan.json", plan.to_json())
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "aicenter.runtime.launcher", str(tmp_path / "plan.json")], env=env
+    )
+    try:
+        deadline = time.monotonic() + 30
+        output = tmp_path / "output.log"
+        while b" ready\n" not in (output.read_bytes() if output.exists() else b""):
+            assert time.monotonic() < deadline, "the launcher did not start the command"
+            time.sleep(0.02)
+        started = time.time()
+        while (read_json(tmp_path / "usage.json") or {}).get("at", 0) < started:  # a write after "ready"
+            assert time.monotonic() < deadline, "no usage.json written after the command's start"
+            time.sleep(0.05)
+        usage = read_json(tmp_path / "usage.json") or {}
+        assert usage["source"] == "processes"
+        assert usage["memory_bytes"] >= 32 << 20
+        assert usage["cpu_seconds"] > 0.05
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        launcher.kill()

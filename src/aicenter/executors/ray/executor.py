@@ -454,8 +454,7 @@ class RayExecutor:
         task asks for no CPU (``num_cpus=0``), so a full node is sampled too, and Ray reuses an idle worker for
         it: measured here (bench/monitoring_sampler.py --ray: 3 nodes on 2 cores) 1.8 ms of the driver's CPU per
         node and 14 ms wall for the whole tick, after the first (which starts the workers). A node that does not
-        answer within ``call_timeout_s`` (one wait for all of them) is left
-        out of this tick.
+        answer within ``call_timeout_s`` (one wait for all of them) is left out of this tick.
         """
         return await self._blocking(self._sample, list(handles))
 
