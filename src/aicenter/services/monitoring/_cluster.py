@@ -1,11 +1,12 @@
 """Per-node, per-workspace and per-lease numbers for ``/metrics``: capacity and allocation from the registry,
-use from the samplers' latest values.
+use from the samplers' newest values.
 
-Three reads, none that grows with the number of jobs ever run: the node table (hundreds of rows), the replicas
-that hold resources (``ix_replicas_status``, grouped by node, workspace and type: at most one row per
-combination), and the named leases (a handful). What the samplers measured comes from the series' latest values
-(``latest_values``, one indexed read per prefix), no older than ``USED_MAX_AGE_S``, so a node that stopped
-reporting drops out of the "used" families instead of showing its last value forever.
+Reads whose cost follows the nodes, devices and running jobs, never the jobs ever run: the node table (hundreds
+of rows), the replicas that hold resources (``ix_replicas_status``, grouped by node, workspace and type), the
+named leases (a handful), the newest point of each node and device series (by name, one primary-key probe per
+series), and the replica series of the jobs holding resources summed per workspace in SQL. A sampled value
+older than ``USED_MAX_AGE_S`` is left out, so a node that stopped reporting drops out of the "used" families
+instead of showing its last value forever. Measured by bench/monitoring_scrape.py (10,000 jobs, 22,000 series).
 """
 
 from __future__ import annotations
