@@ -18,7 +18,7 @@ from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, Req
 from aicenter.api.routers import ROUTERS
 from aicenter.config import Settings
 from aicenter.context import AppContext
-from aicenter.controllers import engine_nodes, heartbeat, image_builder, jobs, scheduling, store_gc
+from aicenter.controllers import engine_nodes, heartbeat, image_builder, jobs, metrics_series, scheduling, store_gc
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
@@ -109,6 +109,8 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     heartbeat.build,
     engine_nodes.build,
     store_gc.build,
+    metrics_series.build_ingest,
+    metrics_series.build_prune,
     image_builder.build,
     scheduling.build,
     jobs.build,

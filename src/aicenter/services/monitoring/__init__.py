@@ -12,7 +12,16 @@ from aicenter.services.monitoring._cluster import (
     ClusterSnapshot,
     UsedFamily,
 )
+from aicenter.services.monitoring._ingest import (
+    REPORT_PREFIX,
+    FileChunk,
+    IngestTarget,
+    ingest_targets,
+    read_reported,
+    store_reported,
+)
 from aicenter.services.monitoring._series import ROLLUP_STEPS, Sample, forget_series_ids, record_samples
+from aicenter.services.monitoring._series_prune import PruneResult, prune_series
 from aicenter.services.monitoring._series_query import (
     DEFAULT_POINTS,
     MAX_POINTS,
@@ -35,14 +44,18 @@ __all__ = [
     "MAX_POINTS",
     "MAX_SERIES",
     "NO_POOL",
+    "REPORT_PREFIX",
     "ROLLUP_STEPS",
     "USED_FAMILIES",
     "WORKSPACE_USED",
     "ClusterSnapshot",
     "DecisionKind",
+    "FileChunk",
+    "IngestTarget",
     "LatestValue",
     "PlatformSnapshot",
     "ProcessTelemetry",
+    "PruneResult",
     "Retention",
     "Sample",
     "SeriesData",
@@ -51,9 +64,13 @@ __all__ = [
     "UsedFamily",
     "auto_step",
     "forget_series_ids",
+    "ingest_targets",
     "latest_values",
+    "prune_series",
     "query_series",
+    "read_reported",
     "record_samples",
     "series_names",
     "snapshot",
+    "store_reported",
 ]
