@@ -12,7 +12,11 @@ Sections (``SECTIONS``; run the ones named on the command line, default all):
   step (6 h from the hourly tier, 360 points), for one series (one name, a label filter) and for one name's ten
   series (ten nodes on one chart). Goal: p50 <= 100 ms. The PostgreSQL plan is printed to show an index scan.
 
-Other helpers add ``sampler`` and ``scrape`` in the same shape: a function taking the parsed arguments and
+* ``scrape``: ``/metrics`` scrape time with 10,000 jobs (and 50 nodes of 8 accelerators, 22,000 series) stored,
+  uncached and with the 5 s cache, and the process CPU per scrape; bench/monitoring_scrape.py says how. Goal:
+  p95 <= 50 ms.
+
+Other helpers add ``sampler`` in the same shape: a function taking the parsed arguments and
 returning a JSON-able dict.
 
     python bench/monitoring.py [write] [query] [--backend sqlite --backend postgres] [--batches 20]
@@ -35,6 +39,7 @@ from typing import Any
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.monitoring_scrape import scrape
 from tests.support.postgres import fresh_database
 
 from aicenter.core.clock import utcnow
@@ -223,9 +228,15 @@ def section_query(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def section_scrape(args: argparse.Namespace) -> dict[str, Any]:
+    """``/metrics`` scrape time with ``--jobs`` jobs stored (bench/monitoring_scrape.py)."""
+    return scrape(tuple(args.backend or ("sqlite", "postgres")), args.jobs, args.scrapes)
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "write": section_write,
     "query": section_query,
+    "scrape": section_scrape,
 }
 
 
@@ -237,6 +248,8 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=1000, help="Series stored (write: points per batch).")
     parser.add_argument("--days", type=int, default=90, help="query: days of hourly rollups stored and charted.")
     parser.add_argument("--queries", type=int, default=50, help="query: timed chart queries per kind.")
+    parser.add_argument("--jobs", type=int, default=10_000, help="scrape: jobs stored.")
+    parser.add_argument("--scrapes", type=int, default=40, help="scrape: timed scrapes per kind.")
     args = parser.parse_args()
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
