@@ -16,10 +16,13 @@ Sections (``SECTIONS``; run the ones named on the command line, default all):
   ``LocalExecutor.sample`` with 0 and 10 running replicas, a launcher's ``usage.json`` write, and with
   ``--ray`` a 3-node Ray cluster on this host (bench/monitoring_sampler.py, which also runs alone).
 
-Other helpers add ``scrape`` in the same shape: a function taking the parsed arguments and
-returning a JSON-able dict.
+* ``scrape``: ``/metrics`` scrape time with 10,000 jobs (and 50 nodes of 8 accelerators, 22,000 series) stored,
+  uncached and with the 5 s cache, and the process CPU per scrape; bench/monitoring_scrape.py says how. Goal:
+  p95 <= 50 ms.
 
-    python bench/monitoring.py [write] [query] [sampler] [--ray] [--backend sqlite --backend postgres] [--batches 20]
+Each section is a function taking the parsed arguments and returning a JSON-able dict.
+
+    python bench/monitoring.py [write] [query] [sampler] [scrape] [--ray] [--backend sqlite --backend postgres] [--batches 20]
         [--series 1000] [--days 90] [--queries 50]
 """
 
@@ -39,6 +42,7 @@ from typing import Any
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.monitoring_scrape import scrape
 from tests.support.postgres import fresh_database
 
 from aicenter.core.clock import utcnow
@@ -240,10 +244,16 @@ def section_sampler(args: argparse.Namespace) -> dict[str, Any]:
     return sampler(replicas=10, ticks=50, ray=args.ray)
 
 
+def section_scrape(args: argparse.Namespace) -> dict[str, Any]:
+    """``/metrics`` scrape time with ``--jobs`` jobs stored (bench/monitoring_scrape.py)."""
+    return scrape(tuple(args.backend or ("sqlite", "postgres")), args.jobs, args.scrapes)
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "write": section_write,
     "query": section_query,
     "sampler": section_sampler,
+    "scrape": section_scrape,
 }
 
 
@@ -256,6 +266,8 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=1000, help="Series stored (write: points per batch).")
     parser.add_argument("--days", type=int, default=90, help="query: days of hourly rollups stored and charted.")
     parser.add_argument("--queries", type=int, default=50, help="query: timed chart queries per kind.")
+    parser.add_argument("--jobs", type=int, default=10_000, help="scrape: jobs stored.")
+    parser.add_argument("--scrapes", type=int, default=40, help="scrape: timed scrapes per kind.")
     args = parser.parse_args()
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:

@@ -1,21 +1,24 @@
 """Per-node, per-workspace and per-lease numbers for ``/metrics``: capacity and allocation from the registry,
-use from the samplers' latest values.
+use from the samplers' newest values.
 
-Three reads, none that grows with the number of jobs ever run: the node table (hundreds of rows), the replicas
-that hold resources (``ix_replicas_status``, grouped by node, workspace and type: at most one row per
-combination), and the named leases (a handful). What the samplers measured comes from the series' latest values
-(``latest_values``, one indexed read per prefix), no older than ``USED_MAX_AGE_S``, so a node that stopped
-reporting drops out of the "used" families instead of showing its last value forever.
+Reads whose cost follows the nodes, devices and running jobs, never the jobs ever run: the node table (hundreds
+of rows), the replicas that hold resources (``ix_replicas_status``, grouped by node, workspace and type), the
+named leases (a handful), the newest point of each node and device series (by name, one primary-key probe per
+series), and the replica series of the jobs holding resources summed per workspace in SQL. A sampled value
+older than ``USED_MAX_AGE_S`` is left out, so a node that stopped reporting drops out of the "used" families
+instead of showing its last value forever. Measured by bench/monitoring_scrape.py (10,000 jobs, 22,000 series).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import ScalarSelect, and_, func, select
+from sqlalchemy import ScalarSelect, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
@@ -193,14 +196,26 @@ async def cluster_snapshot(session: AsyncSession) -> ClusterSnapshot:
     return snap
 
 
-def _newest_point() -> ScalarSelect[int]:
-    """The time of a series' newest raw point: one probe of the points' primary key (series, time) per series."""
+def _newest_value(since_ms: int) -> ScalarSelect[float]:
+    """A series' newest raw value if it is no older than ``since_ms``, else NULL: one backward probe of the
+    points' primary key (series, time) per series. Half the work of joining the point at ``max(at_ms)`` (two
+    probes): 8 ms against 36 ms for 2,350 series on PostgreSQL."""
     return (
-        select(func.max(MetricPoint.at_ms))
-        .where(MetricPoint.series_id == MetricSeries.id)
+        select(MetricPoint.value)
+        .where(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms >= since_ms)
+        .order_by(MetricPoint.at_ms.desc())
+        .limit(1)
         .correlate(MetricSeries)
         .scalar_subquery()
     )
+
+
+@functools.lru_cache(maxsize=16384)
+def _label_values(key: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The values of ``names`` in a series' canonical labels (sorted JSON); a node's and a device's label sets do
+    not change, so each is parsed once per process, not once per scrape."""
+    labels = json.loads(key) if key else {}
+    return tuple(str(labels.get(n, "")) for n in names)
 
 
 async def _used(session: AsyncSession, since_ms: int) -> dict[str, dict[tuple[str, ...], float]]:
@@ -210,32 +225,35 @@ async def _used(session: AsyncSession, since_ms: int) -> dict[str, dict[tuple[st
 
     The same rule as ``latest_values`` (the newest raw point, no older than ``since_ms``), read as columns and
     aggregates: ``latest_values`` builds an object per series of the prefix, ~290 ms for the 22,000 series
-    above on SQLite, where these two reads take ~25 ms.
+    above on SQLite under load, where these two reads take ~25 ms.
     """
     families = {f.series: f for f in USED_FAMILIES}
     used: dict[str, dict[tuple[str, ...], float]] = {f.metric: {} for f in USED_FAMILIES}
-    rows = await session.execute(
-        select(MetricSeries.name, MetricSeries.labels, MetricPoint.value)
-        .join(MetricPoint, and_(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms == _newest_point()))
-        .where(MetricSeries.name.in_(list(families)), MetricPoint.at_ms >= since_ms)
-    )
-    for name, labels, value in rows:
-        family = families[name]
-        used[family.metric][tuple(str(labels.get(k, "")) for k in family.labels)] = float(value)
+    newest = _newest_value(since_ms).label("value")
+    for name, key, value in await session.execute(
+        select(MetricSeries.name, MetricSeries.labels_key, newest).where(MetricSeries.name.in_(list(families)))
+    ):
+        if value is not None:
+            family = families[name]
+            used[family.metric][_label_values(key, family.labels)] = float(value)
 
     # Driven from the jobs that hold resources through ix_metric_series_job_id (a derived table: with an IN
     # subquery SQLite walks the name index over every job's series instead, 70 ms against 16 ms at 10,000 jobs).
     holding = select(Replica.job_id).where(Replica.status.in_(HOLDING)).distinct().subquery()
+    latest = (
+        select(MetricSeries.workspace_id, MetricSeries.name, _newest_value(since_ms).label("value"))
+        .select_from(holding)
+        .join(MetricSeries, MetricSeries.job_id == holding.c.job_id)
+        .where(MetricSeries.name.in_(list(WORKSPACE_USED)))
+        .subquery()
+    )
     for metric, _ in WORKSPACE_USED.values():
         used[metric] = {}
     for workspace, name, total in await session.execute(
-        select(Workspace.name, MetricSeries.name, func.sum(MetricPoint.value))
-        .select_from(holding)
-        .join(MetricSeries, MetricSeries.job_id == holding.c.job_id)
-        .join(MetricPoint, and_(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms == _newest_point()))
-        .join(Workspace, Workspace.id == MetricSeries.workspace_id)
-        .where(MetricSeries.name.in_(list(WORKSPACE_USED)), MetricPoint.at_ms >= since_ms)
-        .group_by(Workspace.name, MetricSeries.name)
+        select(Workspace.name, latest.c.name, func.sum(latest.c.value))
+        .join(Workspace, Workspace.id == latest.c.workspace_id)
+        .where(latest.c.value.is_not(None))
+        .group_by(Workspace.name, latest.c.name)
     ):
         used[WORKSPACE_USED[name][0]][(workspace,)] = float(total or 0.0)
     return used

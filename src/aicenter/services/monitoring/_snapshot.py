@@ -15,12 +15,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
-from aicenter.core.jobs import JobStatus, ReplicaStatus
-from aicenter.db.models import Job, Node, Pool, Replica, VersionFile, Workspace
+from aicenter.core.jobs import JobStatus
+from aicenter.db.models import Job, Pool, VersionFile, Workspace
 from aicenter.services.monitoring._cluster import ClusterSnapshot, cluster_snapshot
 
-# Replicas that hold their node's resources: planned on it, launching or running.
-_HOLDING = (ReplicaStatus.PENDING.value, ReplicaStatus.STARTING.value, ReplicaStatus.RUNNING.value)
 # The pool label of a job submitted without one.
 NO_POOL = "none"
 
@@ -70,30 +68,26 @@ async def snapshot(session: AsyncSession) -> PlatformSnapshot:
         queued[name] = count
         queue_wait_s[name] = max(0.0, (now - _aware(oldest)).total_seconds()) if oldest is not None else 0.0
 
+    # The cluster totals are sums of the per-node and per-workspace numbers: one read of the nodes and of the
+    # holding replicas for both (the replicas of a job not yet placed count in their workspace, as here).
+    cluster = await cluster_snapshot(session)
     nodes: Counter[tuple[str, str]] = Counter()
-    capacity: Counter[str] = Counter()
-    cpu_capacity_milli = 0
-    for state, executor, devices, cpu_milli in await session.execute(
-        select(Node.state, Node.executor, Node.accelerators, Node.cpu_milli)
-    ):
+    for _, executor, state in cluster.node_info:
         nodes[(state, executor)] += 1
-        cpu_capacity_milli += cpu_milli
-        for device in devices or []:
-            capacity[str(device.get("type") or "unknown")] += 1
+    capacity: Counter[str] = Counter()
+    for (_, kind), count in cluster.node_accelerators.items():
+        capacity[kind] += count
     allocated: Counter[str] = Counter()
-    cpu_allocated_milli = 0
-    for gpu_type, gpus, cpu_milli in await session.execute(
-        select(Replica.gpu_type, func.sum(Replica.gpu), func.sum(Replica.cpu_milli))
-        .where(Replica.status.in_(_HOLDING))
-        .group_by(Replica.gpu_type)
-    ):
-        if gpus:
-            allocated[gpu_type or "unknown"] += int(gpus)
-        cpu_allocated_milli += int(cpu_milli or 0)
+    for (_, kind), count in cluster.workspace_accelerators_allocated.items():
+        allocated[kind] += count
     accelerators: dict[tuple[str, str], int] = {}
     for kind in sorted(set(capacity) | set(allocated)):
         accelerators[(kind, "allocated")] = allocated[kind]
         accelerators[(kind, "free")] = max(0, capacity[kind] - allocated[kind])
+    cpu_cores = {
+        "allocated": sum(cluster.workspace_cpu_cores_allocated.values()),
+        "capacity": sum(cluster.node_cpu_cores.values()),
+    }
 
     # A blob is stored once per content hash, whichever versions list it.
     blobs = select(VersionFile.sha256, func.max(VersionFile.size).label("size")).group_by(VersionFile.sha256).subquery()
@@ -104,8 +98,8 @@ async def snapshot(session: AsyncSession) -> PlatformSnapshot:
         queue_wait_s=queue_wait_s,
         nodes=dict(nodes),
         accelerators=accelerators,
-        cpu_cores={"allocated": cpu_allocated_milli / 1000, "capacity": cpu_capacity_milli / 1000},
+        cpu_cores=cpu_cores,
         store_bytes=int(stored or 0),
         store_objects=int(objects or 0),
-        cluster=await cluster_snapshot(session),
+        cluster=cluster,
     )
