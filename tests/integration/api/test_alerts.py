@@ -337,3 +337,59 @@ async def test_rules_over_sampled_series_wait_for_their_duration(client: httpx.A
     async with db.write() as session:
         later = await alerts.evaluate_rules(session, series=read_series, now=now + timedelta(seconds=300))
     assert len(later.fired) == 1
+
+
+async def test_node_down_fires_per_node_and_a_disabled_rule_resolves(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    admin = await admin_login(client)
+    async with db.write() as session:
+        session.add_all(
+            [
+                Node(name="up-1", cpu_milli=1000, memory_bytes=2**30, state="ready"),
+                Node(name="gone-1", cpu_milli=1000, memory_bytes=2**30, state="not_ready"),
+            ]
+        )
+    result = await _evaluate(app)
+    assert len(result.fired) == 1
+    [alert] = (await client.get(f"{API}/alerts", params={"state": "firing"}, headers=admin.headers)).json()["items"]
+    assert (alert["rule"], alert["labels"], alert["severity"]) == ("node-down", {"node": "gone-1"}, "critical")
+    [event] = (await client.get(f"{API}/events", params={"kind": "alert.firing"}, headers=admin.headers)).json()[
+        "items"
+    ]
+    assert event["node_id"] is not None
+    assert event["workspace_id"] is None  # cluster-wide: every member sees it
+
+    r = await client.patch(f"{API}/alert-rules/{alert['rule_id']}", json={"enabled": False}, headers=admin.headers)
+    assert r.status_code == 200
+    assert len((await _evaluate(app)).resolved) == 1
+
+
+async def test_members_see_their_workspaces_alerts_and_workspace_rules_only_their_jobs(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    alice = await make_user(db, client, "alice")
+    bob = await make_user(db, client, "bob")
+    alice_ws, bob_ws = await _workspace(client, alice), await _workspace(client, bob)
+    await _failed_job(db, alice_ws, "alice-train")
+    await _failed_job(db, bob_ws, "bob-train")
+    async with db.write() as session:
+        session.add(Job(workspace_id=bob_ws, name="bob-waits", status="queued"))
+    r = await client.post(
+        f"{API}/workspaces/{alice_ws}/alert-rules",
+        json={"name": "any-wait", "expression": "job.pending_seconds >= 0"},
+        headers=alice.headers,
+    )
+    assert r.status_code == 201, r.text
+    await _evaluate(app)
+    seen = {
+        (a["rule"], a["labels"]["job_name"])
+        for a in (await client.get(f"{API}/alerts", headers=alice.headers)).json()["items"]
+    }
+    # Her workspace's rule never fires on bob's queued job; bob's failed job is not hers to see.
+    assert seen == {("job-failed", "alice-train")}
+    seen = {
+        (a["rule"], a["labels"]["job_name"])
+        for a in (await client.get(f"{API}/alerts", headers=bob.headers)).json()["items"]
+    }
+    assert seen == {("job-failed", "bob-train")}
