@@ -13,6 +13,7 @@ from aicenter.api.routers import (
     jobs,
     nodes,
     pools,
+    series,
     specs,
     storage,
     uploads,
@@ -37,4 +38,5 @@ ROUTERS: list[APIRouter] = [
     job_metrics.router,
     jobs.templates_router,
     alerts.router,
+    series.router,
 ]

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 3562ce74e618
+Revision ID: c027ab4d02da
 Revises: 
-Create Date: 2026-12-05 06:59:38.279021
+Create Date: 2026-12-05 07:12:37.226885
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '3562ce74e618'
+revision: str = 'c027ab4d02da'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
