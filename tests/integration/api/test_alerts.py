@@ -21,7 +21,7 @@ from aicenter.controllers.alerts import read_series
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Notification
-from aicenter.services import alerts, monitoring
+from aicenter.services import alerts, inventory, jobs, monitoring
 from tests.factories import Login, admin_login, make_user
 from tests.support.receivers import Inbox, WebhookReceiver, smtp_server, webhook_receiver
 
@@ -393,3 +393,26 @@ async def test_members_see_their_workspaces_alerts_and_workspace_rules_only_thei
         for a in (await client.get(f"{API}/alerts", headers=bob.headers)).json()["items"]
     }
     assert seen == {("job-failed", "bob-train")}
+
+
+async def test_node_loss_and_preemption_are_recorded_as_events(client: httpx.AsyncClient, db: Database) -> None:
+    admin = await admin_login(client)
+    alice = await make_user(db, client, "alice")
+    ws = await _workspace(client, alice)
+    async with db.write() as session:
+        session.add(
+            Node(name="quiet-1", cpu_milli=1000, memory_bytes=2**30, last_heartbeat_at=utcnow() - timedelta(hours=1))
+        )
+        job = Job(workspace_id=ws, name="victim", status="running")
+        session.add(job)
+        await session.flush()
+        job_id = job.id
+    async with db.write() as session:
+        assert await inventory.mark_lost_nodes(session, lost_after_s=60) == ["quiet-1"]
+        assert await jobs.mark_preempted(session, job_id, "making room for job 99")
+    events = (await client.get(f"{API}/events", headers=admin.headers)).json()["items"]
+    by_kind = {e["kind"]: e for e in events}
+    assert by_kind["node.lost"]["severity"] == "warning"
+    assert "no heartbeat for 60 s" in by_kind["node.lost"]["message"]
+    assert (by_kind["job.preempted"]["job_id"], by_kind["job.preempted"]["workspace_id"]) == (job_id, ws)
+    assert "making room for job 99" in by_kind["job.preempted"]["message"]
