@@ -20,9 +20,9 @@ from sqlalchemy import select, update
 from aicenter.controllers.alerts import read_series
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
-from aicenter.db.models import Job, Node, Notification
+from aicenter.db.models import Job, Node, Notification, Replica
 from aicenter.services import alerts, inventory, jobs, monitoring
-from tests.factories import Login, admin_login, make_user
+from tests.factories import ADMIN, Login, admin_login, make_user
 from tests.support.receivers import Inbox, WebhookReceiver, smtp_server, webhook_receiver
 
 API = "/api/v1"
@@ -416,3 +416,31 @@ async def test_node_loss_and_preemption_are_recorded_as_events(client: httpx.Asy
     assert "no heartbeat for 60 s" in by_kind["node.lost"]["message"]
     assert (by_kind["job.preempted"]["job_id"], by_kind["job.preempted"]["workspace_id"]) == (job_id, ws)
     assert "making room for job 99" in by_kind["job.preempted"]["message"]
+
+
+async def test_idle_allocated_accelerator_names_its_job_and_skips_free_devices(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    alice = await make_user(db, client, "alice")
+    ws = await _workspace(client, alice)
+    now = utcnow()
+    async with db.write() as session:
+        job = Job(workspace_id=ws, name="idle-train", status="running")
+        session.add(job)
+        await session.flush()
+        session.add(Replica(job_id=job.id, task="worker", index=0, status="running", node_name="g1", devices=[0]))
+        job_id = job.id
+        samples = [
+            monitoring.Sample("accelerator.utilization", now, value, {"node": "g1", "device": str(i), "type": "a100"})
+            for i, value in ((0, 0.01), (1, 0.0))  # device 1 is idle too, but nobody holds it
+        ]
+        await monitoring.record_samples(session, samples)
+    async with db.write() as session:
+        await alerts.create_rule(session, ADMIN, name="idle-now", expression="accelerator.allocated_utilization < 0.05")
+        result = await alerts.evaluate_rules(session, series=read_series, now=now)
+    assert len(result.fired) == 1
+    items = (await client.get(f"{API}/alerts", params={"state": "firing"}, headers=alice.headers)).json()["items"]
+    assert [(a["rule"], a["labels"]) for a in items] == [
+        ("idle-now", {"node": "g1", "device": "0", "type": "a100", "job": str(job_id)})
+    ]
+    assert items[0]["workspace_id"] == ws  # the job's workspace sees it (and its channels get it)
