@@ -22,8 +22,8 @@ Sections (``SECTIONS``; run the ones named on the command line, default all):
 
 Each section is a function taking the parsed arguments and returning a JSON-able dict.
 
-    python bench/monitoring.py [write] [query] [sampler] [scrape] [--ray] [--backend sqlite --backend postgres] [--batches 20]
-        [--series 1000] [--days 90] [--queries 50]
+    python bench/monitoring.py [write] [query] [sampler] [scrape] [--ray] [--backend sqlite --backend postgres]
+        [--batches 20] [--series 1000] [--days 90] [--queries 50]
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,39 @@ def test_failed_job_alert_reaches_webhook_and_inbox(
     assert [(a["rule"], a["labels"]["job"]) for a in alerts] == [("job-failed", str(job_id))]
     kinds = [e["kind"] for e in cli.json("events", "--kind", "alert.")]
     assert kinds == ["alert.firing"]
+
+
+@pytest.mark.browser
+def test_alerts_and_events_pages_in_a_browser(server: Server, browser_page: Any) -> None:
+    page = browser_page
+    base = server.url
+    page.goto(f"{base}/login")
+    page.fill("#login-username", "admin")
+    page.fill("#login-password", ADMIN_PASSWORD)
+    with page.expect_navigation():
+        page.click("#login-submit")
+
+    page.goto(f"{base}/alerts")
+    assert page.locator("[data-testid=alerts-table]").is_visible()
+    page.click("[data-testid=rule-add-toggle]")
+    page.fill("#rule-add-name", "gpu-hot")
+    page.fill("#rule-add-expression", "accelerator.temperature_celsius >")
+    with page.expect_navigation():
+        page.click("[data-testid=rule-add-submit]")
+    # The mistake is shown at its field, pointing at the position; what was typed stays.
+    error = page.locator("[data-testid=rule-add-expression-error]")
+    assert "position 33" in error.inner_text()
+    assert page.input_value("#rule-add-name") == "gpu-hot"
+    page.fill("#rule-add-expression", "accelerator.temperature_celsius > 90")
+    with page.expect_navigation():
+        page.click("[data-testid=rule-add-submit]")
+    assert page.locator("[data-testid=rule-row][data-name=gpu-hot]").is_visible()
+    with page.expect_navigation():
+        page.click("[data-testid=rule-toggle-gpu-hot]")
+    assert "no" in page.locator("[data-testid=rule-row][data-name=gpu-hot]").inner_text()
+
+    # The server registered this host at start: the event log says so.
+    page.goto(f"{base}/events")
+    assert page.locator("[data-testid=event-row][data-kind='node.joined']").count() >= 1
+    page.click("[data-testid=nav-alerts]")
+    page.wait_for_url(f"{base}/alerts")

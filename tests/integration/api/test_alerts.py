@@ -20,9 +20,9 @@ from sqlalchemy import select, update
 from aicenter.controllers.alerts import read_series
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
-from aicenter.db.models import Job, Node, Notification
-from aicenter.services import alerts, monitoring
-from tests.factories import Login, admin_login, make_user
+from aicenter.db.models import Job, Node, Notification, Replica
+from aicenter.services import alerts, inventory, jobs, monitoring
+from tests.factories import ADMIN, Login, admin_login, make_user
 from tests.support.receivers import Inbox, WebhookReceiver, smtp_server, webhook_receiver
 
 API = "/api/v1"
@@ -337,3 +337,110 @@ async def test_rules_over_sampled_series_wait_for_their_duration(client: httpx.A
     async with db.write() as session:
         later = await alerts.evaluate_rules(session, series=read_series, now=now + timedelta(seconds=300))
     assert len(later.fired) == 1
+
+
+async def test_node_down_fires_per_node_and_a_disabled_rule_resolves(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    admin = await admin_login(client)
+    async with db.write() as session:
+        session.add_all(
+            [
+                Node(name="up-1", cpu_milli=1000, memory_bytes=2**30, state="ready"),
+                Node(name="gone-1", cpu_milli=1000, memory_bytes=2**30, state="not_ready"),
+            ]
+        )
+    result = await _evaluate(app)
+    assert len(result.fired) == 1
+    [alert] = (await client.get(f"{API}/alerts", params={"state": "firing"}, headers=admin.headers)).json()["items"]
+    assert (alert["rule"], alert["labels"], alert["severity"]) == ("node-down", {"node": "gone-1"}, "critical")
+    [event] = (await client.get(f"{API}/events", params={"kind": "alert.firing"}, headers=admin.headers)).json()[
+        "items"
+    ]
+    assert event["node_id"] is not None
+    assert event["workspace_id"] is None  # cluster-wide: every member sees it
+
+    r = await client.patch(f"{API}/alert-rules/{alert['rule_id']}", json={"enabled": False}, headers=admin.headers)
+    assert r.status_code == 200
+    assert len((await _evaluate(app)).resolved) == 1
+
+
+async def test_members_see_their_workspaces_alerts_and_workspace_rules_only_their_jobs(
+    app: FastAPI, client: httpx.AsyncClient, db: Database
+) -> None:
+    alice = await make_user(db, client, "alice")
+    bob = await make_user(db, client, "bob")
+    alice_ws, bob_ws = await _workspace(client, alice), await _workspace(client, bob)
+    await _failed_job(db, alice_ws, "alice-train")
+    await _failed_job(db, bob_ws, "bob-train")
+    async with db.write() as session:
+        session.add(Job(workspace_id=bob_ws, name="bob-waits", status="queued"))
+    r = await client.post(
+        f"{API}/workspaces/{alice_ws}/alert-rules",
+        json={"name": "any-wait", "expression": "job.pending_seconds >= 0"},
+        headers=alice.headers,
+    )
+    assert r.status_code == 201, r.text
+    await _evaluate(app)
+    seen = {
+        (a["rule"], a["labels"]["job_name"])
+        for a in (await client.get(f"{API}/alerts", headers=alice.headers)).json()["items"]
+    }
+    # Her workspace's rule never fires on bob's queued job; bob's failed job is not hers to see.
+    assert seen == {("job-failed", "alice-train")}
+    seen = {
+        (a["rule"], a["labels"]["job_name"])
+        for a in (await client.get(f"{API}/alerts", headers=bob.headers)).json()["items"]
+    }
+    assert seen == {("job-failed", "bob-train")}
+
+
+async def test_node_loss_and_preemption_are_recorded_as_events(client: httpx.AsyncClient, db: Database) -> None:
+    admin = await admin_login(client)
+    alice = await make_user(db, client, "alice")
+    ws = await _workspace(client, alice)
+    async with db.write() as session:
+        session.add(
+            Node(name="quiet-1", cpu_milli=1000, memory_bytes=2**30, last_heartbeat_at=utcnow() - timedelta(hours=1))
+        )
+        job = Job(workspace_id=ws, name="victim", status="running")
+        session.add(job)
+        await session.flush()
+        job_id = job.id
+    async with db.write() as session:
+        assert await inventory.mark_lost_nodes(session, lost_after_s=60) == ["quiet-1"]
+        assert await jobs.mark_preempted(session, job_id, "making room for job 99")
+    events = (await client.get(f"{API}/events", headers=admin.headers)).json()["items"]
+    by_kind = {e["kind"]: e for e in events}
+    assert by_kind["node.lost"]["severity"] == "warning"
+    assert "no heartbeat for 60 s" in by_kind["node.lost"]["message"]
+    assert (by_kind["job.preempted"]["job_id"], by_kind["job.preempted"]["workspace_id"]) == (job_id, ws)
+    assert "making room for job 99" in by_kind["job.preempted"]["message"]
+
+
+async def test_idle_allocated_accelerator_names_its_job_and_skips_free_devices(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    alice = await make_user(db, client, "alice")
+    ws = await _workspace(client, alice)
+    now = utcnow()
+    async with db.write() as session:
+        job = Job(workspace_id=ws, name="idle-train", status="running")
+        session.add(job)
+        await session.flush()
+        session.add(Replica(job_id=job.id, task="worker", index=0, status="running", node_name="g1", devices=[0]))
+        job_id = job.id
+        samples = [
+            monitoring.Sample("accelerator.utilization", now, value, {"node": "g1", "device": str(i), "type": "a100"})
+            for i, value in ((0, 0.01), (1, 0.0))  # device 1 is idle too, but nobody holds it
+        ]
+        await monitoring.record_samples(session, samples)
+    async with db.write() as session:
+        await alerts.create_rule(session, ADMIN, name="idle-now", expression="accelerator.allocated_utilization < 0.05")
+        result = await alerts.evaluate_rules(session, series=read_series, now=now)
+    assert len(result.fired) == 1
+    items = (await client.get(f"{API}/alerts", params={"state": "firing"}, headers=alice.headers)).json()["items"]
+    assert [(a["rule"], a["labels"]) for a in items] == [
+        ("idle-now", {"node": "g1", "device": "0", "type": "a100", "job": str(job_id)})
+    ]
+    assert items[0]["workspace_id"] == ws  # the job's workspace sees it (and its channels get it)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.core.alerts import BUILTIN_RULES, Severity, parse
+from aicenter.core.alerts import BUILTIN_RULES, InvalidExpression, Severity, parse
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_name, check_text
@@ -58,6 +58,16 @@ def _severity(value: str) -> str:
         raise ValidationFailed(
             f"{value!r} is not a severity (one of {', '.join(s.value for s in Severity)})", field="severity"
         ) from None
+
+
+def _expression(text: str) -> str:
+    """The expression, parsed to check it; its error names the field (forms show it there)."""
+    try:
+        parse(text)
+    except InvalidExpression as err:
+        err.details["field"] = "expression"
+        raise
+    return text
 
 
 def _for_s(value: int) -> int:
@@ -160,7 +170,7 @@ async def create_rule(
     """
     await _require_scope_admin(session, actor, workspace_id, "alert rules")
     check_name(name)
-    parse(expression)
+    _expression(expression)
     rule = AlertRule(
         workspace_id=workspace_id,
         name=name,
@@ -198,7 +208,7 @@ async def update_rule(session: AsyncSession, actor: Actor, rule_id: int, **chang
         if key == "expression":
             if rule.builtin and value != rule.expression:
                 raise Conflict("a built-in rule's expression is fixed: disable it and add a rule of your own")
-            parse(value)
+            _expression(value)
         elif key == "for_s":
             value = _for_s(value)
         elif key == "severity":

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from aicenter.web.routes import (
     account,
+    alerts,
     audit,
     catalog,
     catalog_versions,
@@ -32,4 +33,5 @@ ROUTERS: list[APIRouter] = [
     catalog.router,
     catalog_versions.router,
     jobs.router,
+    alerts.router,
 ]

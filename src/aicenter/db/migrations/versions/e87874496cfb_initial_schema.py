@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: c70ed7e1f1c6
+Revision ID: e87874496cfb
 Revises: 
-Create Date: 2026-12-05 07:19:23.719133
+Create Date: 2026-12-05 07:19:57.413201
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'c70ed7e1f1c6'
+revision: str = 'e87874496cfb'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
