@@ -5,11 +5,12 @@ from __future__ import annotations
 from aicenter.client._auth import AuthMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
+from aicenter.client._series import SeriesMixin
 from aicenter.client._tenancy import TenancyMixin
 from aicenter.client.transfer import TransferMixin
 
 
-class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin, JobsMixin):
+class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin, JobsMixin, SeriesMixin):
     """A synchronous client of an aicenter server.
 
     Every call raises :class:`~aicenter.client.ApiError` on an error answer and

@@ -451,3 +451,30 @@ class JobMetrics(ApiModel):
     series: list[MetricSeries] = []
     next_cursor: str | None = None
     cursor: str = ""
+
+
+class SeriesPoint(ApiModel):
+    """One step of a series: its start, and the mean, min and max of the values within it."""
+
+    at: datetime
+    value: float
+    min: float
+    max: float
+
+
+class SeriesData(ApiModel):
+    labels: dict[str, str] = {}
+    workspace_id: int | None = None
+    job_id: int | None = None
+    node_id: int | None = None
+    points: list[SeriesPoint] = []
+
+
+class Series(ApiModel):
+    """A range query's answer: every matching series at ``step_s`` seconds per point, read from the ``raw``,
+    ``5m`` or ``1h`` tier (``resolution``)."""
+
+    name: str
+    step_s: int
+    resolution: str
+    series: list[SeriesData] = []

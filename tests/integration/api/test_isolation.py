@@ -45,6 +45,7 @@ from aicenter.core.roles import TokenKind, WorkspaceRole
 from aicenter.db.engine import Database
 from aicenter.db.models import (
     AcceleratorType,
+    Job,
     Membership,
     Node,
     Pool,
@@ -53,8 +54,9 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import auth, catalog, jobs, tenancy
+from aicenter.services import auth, catalog, jobs, monitoring, tenancy
 from aicenter.services.context import Actor
+from aicenter.services.monitoring import Sample
 from tests.support.settings import make_settings
 
 API_PREFIX = "/api/"
@@ -272,6 +274,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     (import_dir / "data.txt").write_bytes(b"imported")
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
     job_id, template_id, job_token, other_job_id = await _jobs_world(db, alice)  # jobs
+    await _series_world(db, job_id)  # series
     return World(
         admin=admin,
         alice=alice,
@@ -355,6 +358,23 @@ async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int]:
 
 
 # --- end jobs ---
+
+
+# --- series ---
+SERIES_NAME = "report.iso_loss"
+
+
+async def _series_world(db: Database, job_id: int) -> None:
+    """A reported series of alice's job (workspace A): the allowed caller's series query finds it."""
+    async with db.write() as session:
+        job = await session.get(Job, job_id)
+        assert job is not None
+        at = datetime.now(UTC) - timedelta(minutes=1)
+        sample = Sample(SERIES_NAME, at, 0.5, {"task": "worker"}, workspace_id=job.workspace_id, job_id=job_id)
+        await monitoring.record_samples(session, [sample])
+
+
+# --- end series ---
 
 
 # ------------------------------------------------------------------------------------------------- requests
@@ -542,10 +562,18 @@ def _query(app: FastAPI, op: Operation, world: World) -> dict[str, Any]:
     components = app.openapi().get("components", {}).get("schemas", {})
     factory = BodyFactory(components, world)
     return {
-        p["name"]: factory.make(p.get("schema", {}), p["name"])
+        p["name"]: _QUERY_VALUES[(op.path, p["name"])](world)
+        if (op.path, p["name"]) in _QUERY_VALUES
+        else factory.make(p.get("schema", {}), p["name"])
         for p in _spec(app, op).get("parameters", [])
         if p.get("in") == "query" and p.get("required")
     }
+
+
+# Required query parameters whose value must name something of the world, by (path, parameter).
+_QUERY_VALUES: dict[tuple[str, str], Callable[[World], Any]] = {
+    ("/api/v1/series", "name"): lambda w: SERIES_NAME,
+}
 
 
 def _headers(app: FastAPI, op: Operation, world: World, body: Any) -> dict[str, str]:

@@ -12,6 +12,7 @@ from aicenter.api.routers import (
     jobs,
     nodes,
     pools,
+    series,
     specs,
     storage,
     uploads,
@@ -35,4 +36,5 @@ ROUTERS: list[APIRouter] = [
     jobs.router,
     job_metrics.router,
     jobs.templates_router,
+    series.router,
 ]

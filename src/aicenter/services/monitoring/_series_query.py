@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -46,6 +46,7 @@ MAX_SERIES = 1_000  # per query: filter by job, node or label to read more
 # Steps an automatic choice rounds up to: each a multiple of the tier below it where it can use one.
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400)
 _IN_CHUNK = 500
+_S = TypeVar("_S", bound=Select[*tuple[Any, ...]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +112,13 @@ def _visible(actor: Actor | None) -> ColumnElement[bool] | None:
 
 
 def _filtered(
-    stmt: Select[Any],
+    stmt: _S,
     actor: Actor | None,
     *,
     job_id: int | None = None,
     node_id: int | None = None,
     prefix: str | None = None,
-) -> Select[Any]:
+) -> _S:
     visible = _visible(actor)
     if visible is not None:
         stmt = stmt.where(visible)
@@ -287,7 +288,7 @@ async def latest_values(
         .correlate(MetricSeries)
         .scalar_subquery()
     )
-    stmt: Select[Any] = select(MetricSeries, MetricPoint.at_ms, MetricPoint.value).join(  # type: ignore[assignment]
+    stmt = select(MetricSeries, MetricPoint.at_ms, MetricPoint.value).join(
         MetricPoint, and_(MetricPoint.series_id == MetricSeries.id, MetricPoint.at_ms == newest)
     )
     stmt = _filtered(stmt, actor, job_id=job_id, node_id=node_id, prefix=prefix)
@@ -305,7 +306,7 @@ async def latest_values(
             job_id=row.job_id,
             node_id=row.node_id,
         )
-        for row, at_ms, value in (await session.execute(stmt)).tuples()
+        for row, at_ms, value in await session.execute(stmt)
     ]
     values.sort(key=lambda v: (v.name, sorted(v.labels.items()), v.job_id or 0, v.node_id or 0))
     return values
