@@ -268,3 +268,9 @@ async def test_the_job_and_node_pages_chart_their_series(center: Center, db: Dat
         assert f'data-testid="chart-{key}"' in node
     assert 'data-empty="no accelerator telemetry"' in node
     assert "/static/charts.js" in node
+    assert "no-accelerator-telemetry" not in node  # no sampler has spoken yet
+    async with db.write() as session:
+        said = monitoring.Sample("node.accelerator_telemetry", utcnow(), 0.0, {"node": "n1"}, node_id=node_id)
+        await monitoring.record_samples(session, [said])
+    node = (await admin.get(f"/nodes/{node_id}")).text
+    assert 'data-testid="no-accelerator-telemetry"' in node
