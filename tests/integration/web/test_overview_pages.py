@@ -263,6 +263,10 @@ async def test_the_job_and_node_pages_chart_their_series(center: Center, db: Dat
     for key in ("replica-cpu", "replica-memory", "replica-accelerator-memory"):
         assert f'data-testid="chart-{key}"' in job
     assert f"&#34;job_id&#34;: {job_id}" in job
+    assert '<option value="15" selected>' in job  # a running job's charts refresh by themselves
+    async with db.read() as session:
+        failed_id = await session.scalar(select(Job.id).where(Job.name == "a-fail"))
+    assert '<option value="0" selected>' in (await admin.get(f"/jobs/{failed_id}")).text
     node = (await admin.get(f"/nodes/{node_id}")).text
     for key in ("node-cpu", "node-memory", "node-disk", "node-network", "accelerator-utilization"):
         assert f'data-testid="chart-{key}"' in node
