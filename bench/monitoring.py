@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -36,12 +35,13 @@ from typing import Any
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.postgres import fresh_database
+
 from aicenter.core.clock import utcnow
 from aicenter.db import migrate
 from aicenter.db.engine import Database
 from aicenter.services import monitoring
 from aicenter.services.monitoring import Sample
-from tests.support.postgres import fresh_database
 
 GOALS = {"query_p50_ms": 100.0}
 NAMES_PER_NODE = 100  # 1,000 series = 100 names x 10 nodes
@@ -125,12 +125,16 @@ _FILL = {
     # One row per series and bucket; values vary per row so that aggregates are not constant.
     "postgres": """
         INSERT INTO metric_rollups (series_id, step_s, bucket_ms, count, sum, min, max)
-        SELECT s.id, :step, b, :count, :count * 0.5 + (s.id % 7) * 0.01, 0.05, 0.95
-        FROM metric_series s, generate_series(CAST(:start AS BIGINT), CAST(:end AS BIGINT), CAST(:step_ms AS BIGINT)) b
+        SELECT s.id, CAST(:step AS INTEGER), b, CAST(:count AS BIGINT),
+               CAST(:count AS DOUBLE PRECISION) * 0.5 + (s.id % 7) * 0.01, 0.05, 0.95
+        FROM metric_series s,
+             generate_series(CAST(:start AS BIGINT), CAST(:end AS BIGINT), CAST(:step_ms AS BIGINT)) b
         ON CONFLICT DO NOTHING
     """,
     "sqlite": """
-        WITH RECURSIVE buckets(b) AS (SELECT :start UNION ALL SELECT b + :step_ms FROM buckets WHERE b + :step_ms <= :end)
+        WITH RECURSIVE buckets(b) AS (
+            SELECT :start UNION ALL SELECT b + :step_ms FROM buckets WHERE b + :step_ms <= :end
+        )
         INSERT INTO metric_rollups (series_id, step_s, bucket_ms, count, sum, min, max)
         SELECT s.id, :step, b, :count, :count * 0.5 + (s.id % 7) * 0.01, 0.05, 0.95
         FROM metric_series s, buckets b
@@ -198,7 +202,8 @@ async def _query(kind: str, url: str, args: argparse.Namespace) -> dict[str, Any
             async with db.read() as session:
                 plan = await session.execute(
                     text(
-                        "EXPLAIN SELECT series_id, bucket_ms / 21600000 AS b, sum(sum) / sum(count), min(min), max(max) "
+                        "EXPLAIN SELECT series_id, bucket_ms / 21600000 AS b, sum(sum) / sum(count), min(min), "
+                        "max(max) "
                         "FROM metric_rollups WHERE series_id IN (SELECT id FROM metric_series WHERE name = "
                         "'bench.metric_3') AND step_s = 3600 AND bucket_ms >= :s GROUP BY series_id, b"
                     ),

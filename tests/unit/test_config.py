@@ -105,3 +105,20 @@ def test_ray_needs_its_address(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="needs the Ray head's address: set AICENTER_RAY_ADDRESS"):
         Settings(home=tmp_path, executor="ray")
     assert Settings(home=tmp_path, executor="ray", ray_address="10.0.0.1:6379").executors == ("ray",)
+
+
+def test_metric_series_settings_default_and_refuse_too_short_retention(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = Settings(home=tmp_path)
+    assert (
+        settings.metrics_raw_retention_s,
+        settings.metrics_5m_retention_s,
+        settings.metrics_1h_retention_s,
+        settings.metrics_ingest_interval_s,
+        settings.metrics_prune_interval_s,
+    ) == (86_400, 90 * 86_400, 5 * 365 * 86_400, 10.0, 300.0)
+    monkeypatch.setenv("AICENTER_METRICS_RAW_RETENTION_S", "7200")
+    assert Settings(home=tmp_path).metrics_raw_retention_s == 7200
+    with pytest.raises(ValidationError, match="metrics_raw_retention_s"):
+        Settings(home=tmp_path, metrics_raw_retention_s=10)

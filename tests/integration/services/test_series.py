@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import RangeTooWide, UnknownSeries, ValidationFailed
@@ -82,7 +82,8 @@ async def test_raw_query_downsamples_to_the_step(db: Database) -> None:
 
 async def test_long_ranges_read_the_rollups(db: Database) -> None:
     now = utcnow()
-    base = hour_start(now - timedelta(days=20))
+    # On a 6-hour boundary of the epoch, where the 90-day chart's steps start.
+    base = datetime.fromtimestamp((now - timedelta(days=20)).timestamp() // 21600 * 21600, UTC)
     # Two points an hour for 10 days: old enough that only rollups cover the range's start.
     await write(db, [cpu(base + timedelta(minutes=30 * i), float(i % 2)) for i in range(480)])
     async with db.read() as session:
@@ -175,7 +176,7 @@ async def test_members_see_cluster_series_and_their_workspaces_only(db: Database
         assert [(v.name, v.value) for v in latest] == [("node.cpu_utilization", 0.25), ("report.loss", 0.7)]
         assert [v.value for v in await monitoring.latest_values(session, None, names=["report.acc"])] == [0.3]
         assert await monitoring.latest_values(session, None, prefix="node.", max_age_s=5) == []
-        [node] = await monitoring.latest_values(session, None, node_id=1, max_age_s=60)
+        [node] = await monitoring.latest_values(session, None, node_id=1, max_age_s=600)
         assert node.labels == {"node": "n1"}
         assert node.at.tzinfo is UTC
 
@@ -187,3 +188,44 @@ async def test_non_finite_values_are_dropped_and_names_are_checked(db: Database)
         await write(db, [Sample("x" * 201, now, 1.0)])
     with pytest.raises(ValidationFailed):
         await write(db, [Sample("naive", datetime(2026, 1, 1), 1.0)])
+
+
+async def test_a_deleted_series_is_created_again_despite_the_id_cache(db: Database) -> None:
+    """Another server's prune (or a job's deletion) removes a series this process has cached: the cached id then
+    fails the points' foreign key, and the batch resolves the series afresh instead of writing into another."""
+    p: People = await people(db)
+    now = utcnow()
+    await write(db, [cpu(now - timedelta(seconds=3), 1.0)])
+    async with db.write() as session:
+        [old_id] = await session.scalars(select(MetricSeries.id))
+        await session.execute(delete(MetricSeries))  # not through this process: its id cache still holds old_id
+    job_id = await new_job(db, p.ws)
+    job_sample = Sample("report.loss", now, 0.5, {"task": "worker", "replica": "0"}, p.ws, job_id)
+    assert await write(db, [job_sample, cpu(now - timedelta(seconds=2), 2.0)]) == 2
+    async with db.read() as session:
+        rows = dict((await session.execute(select(MetricSeries.name, MetricSeries.id))).all())
+        values = dict((await session.execute(select(MetricPoint.series_id, MetricPoint.value))).all())
+    assert old_id not in rows.values()  # ids are never reused
+    assert values == {rows["node.cpu_utilization"]: 2.0, rows["report.loss"]: 0.5}
+    # A job's series go with the job.
+    async with db.write() as session:
+        await session.delete(await session.get(Job, job_id))
+    async with db.read() as session:
+        assert list(await session.scalars(select(MetricSeries.name))) == ["node.cpu_utilization"]
+
+
+async def test_equal_names_and_labels_of_two_workspaces_stay_two_series(db: Database) -> None:
+    p: People = await people(db)
+    now = utcnow()
+    await write(
+        db,
+        [
+            Sample("workspace.used", now, 1.0, workspace_id=p.ws),
+            Sample("workspace.used", now, 2.0, workspace_id=p.carol_ws),
+        ],
+    )
+    async with db.read() as session:
+        bob = await monitoring.latest_values(session, p.bob, names=["workspace.used"])
+        everyone = await monitoring.latest_values(session, None, names=["workspace.used"])
+    assert [(v.workspace_id, v.value) for v in bob] == [(p.ws, 1.0)]
+    assert sorted(v.value for v in everyone) == [1.0, 2.0]

@@ -18,9 +18,9 @@ from aicenter.db.base import Base, BigIntId, IdMixin
 
 
 class MetricSeries(IdMixin, Base):
-    """One series. ``series_key`` is the identity (name, labels, job, node) as one string: a unique constraint
-    over nullable ``job_id``/``node_id`` would let two NULLs differ on both databases (and so duplicate a cluster
-    series under concurrent writers)."""
+    """One series. ``series_key`` is the identity (name, labels, workspace, job, node) as one string: a unique
+    constraint over the nullable id columns would let two NULLs differ on both databases (and so duplicate a
+    cluster series under concurrent writers)."""
 
     __tablename__ = "metric_series"
 

@@ -68,8 +68,11 @@ def to_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _series_key(name: str, key: str, job_id: int | None, node_id: int | None) -> str:
-    return f"{name}\x1f{key}\x1f{'' if job_id is None else job_id}\x1f{'' if node_id is None else node_id}"
+def _series_key(sample: Sample, key: str) -> str:
+    """The identity of a sample's series. The workspace is part of it: two tenants' series never merge, even
+    with equal names and labels and no job."""
+    ids = (sample.workspace_id, sample.job_id, sample.node_id)
+    return "\x1f".join([sample.name, key, *("" if i is None else str(i) for i in ids)])
 
 
 def forget_series_ids() -> None:
@@ -150,7 +153,7 @@ async def record_samples(session: AsyncSession, samples: Sequence[Sample]) -> in
         key_of_labels = labels_key(sample.labels)
         if len(key_of_labels) > MAX_LABELS_KEY:
             raise ValidationFailed(f"labels of {sample.name} exceed {MAX_LABELS_KEY} characters", field="labels")
-        key = _series_key(sample.name, key_of_labels, sample.job_id, sample.node_id)
+        key = _series_key(sample, key_of_labels)
         if key not in rows:
             rows[key] = {
                 "series_key": key,

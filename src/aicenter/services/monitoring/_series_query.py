@@ -127,8 +127,9 @@ def _filtered(
     if node_id is not None:
         stmt = stmt.where(MetricSeries.node_id == node_id)
     if prefix:
-        # A range on the name index rather than LIKE (whose escaping and index use differ per database).
-        stmt = stmt.where(MetricSeries.name >= prefix, MetricSeries.name < prefix + "\U0010ffff")
+        # substr rather than LIKE (case-insensitive on SQLite, with wildcards to escape) or a range of strings
+        # (which a linguistic collation on PostgreSQL orders ignoring punctuation): exact on both databases.
+        stmt = stmt.where(func.substr(MetricSeries.name, 1, len(prefix)) == prefix)
     return stmt
 
 
