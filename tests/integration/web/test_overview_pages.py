@@ -17,6 +17,7 @@ from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Pool, PoolGrant, Replica
 from aicenter.services import monitoring
 from aicenter.services.context import Actor
+from aicenter.web.routes.jobs import covering_range
 from tests.factories import ADMIN, make_user
 from tests.integration.web.conftest import Browser, OpenBrowser
 
@@ -278,3 +279,17 @@ async def test_the_job_and_node_pages_chart_their_series(center: Center, db: Dat
         await monitoring.record_samples(session, [said])
     node = (await admin.get(f"/nodes/{node_id}")).text
     assert 'data-testid="no-accelerator-telemetry"' in node
+
+
+@pytest.mark.parametrize(
+    ("ago", "expected"),
+    [
+        (None, "1h"),
+        (timedelta(minutes=20), "1h"),
+        (timedelta(hours=5), "6h"),
+        (timedelta(days=2), "7d"),
+        (timedelta(days=200), "90d"),
+    ],
+)
+def test_a_jobs_charts_open_on_the_range_reaching_its_start(ago: timedelta | None, expected: str) -> None:
+    assert covering_range(None if ago is None else utcnow() - ago) == expected
