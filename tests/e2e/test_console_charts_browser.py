@@ -147,6 +147,34 @@ def test_the_compare_page_overlays_runs_from_the_jobs_list(server: Server, page:
     assert loss.locator("[data-testid=chart-line]").count() == 1
 
 
+# (value, unit) -> what a chart prints: binary bytes, percentages of ratios, durations, SI counts.
+UNITS = [
+    (0, "bytes", "0 B"),
+    (1536, "bytes", "1.5 KiB"),
+    (3 * GiB, "bytes", "3 GiB"),
+    (12.5 * 2**20, "bytes_per_second", "12.5 MiB/s"),
+    (0.423, "ratio", "42.3%"),
+    (1, "ratio", "100%"),
+    (0.25, "seconds", "250 ms"),
+    (90, "seconds", "90 s"),
+    (5400, "seconds", "90 min"),
+    (1, "cores", "1 core"),
+    (1.5, "cores", "1.5 cores"),
+    (71, "celsius", "71 °C"),
+    (250, "watts", "250 W"),
+    (12400, "", "12.4k"),
+    (3_200_000, "", "3.2M"),
+    (0.1, "", "0.1"),
+]
+
+
+def test_units_read_as_a_person_writes_them(server: Server, page: Any) -> None:
+    page.goto(f"{server.url}/")
+    page.wait_for_function("() => !!window.AicenterCharts")
+    got = page.evaluate("cases => cases.map(c => window.AicenterCharts.format(c[0], c[1]))", [u[:2] for u in UNITS])
+    assert got == [u[2] for u in UNITS]
+
+
 def _seed(server: Server, samples: list[Any]) -> None:
     """record_samples into the server's own SQLite database, in a thread of its own: Playwright's event loop runs
     in this one for the whole module."""

@@ -17,6 +17,7 @@ from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Pool, PoolGrant, Replica
 from aicenter.services import monitoring
 from aicenter.services.context import Actor
+from aicenter.web.routes.jobs import covering_range
 from tests.factories import ADMIN, make_user
 from tests.integration.web.conftest import Browser, OpenBrowser
 
@@ -263,8 +264,32 @@ async def test_the_job_and_node_pages_chart_their_series(center: Center, db: Dat
     for key in ("replica-cpu", "replica-memory", "replica-accelerator-memory"):
         assert f'data-testid="chart-{key}"' in job
     assert f"&#34;job_id&#34;: {job_id}" in job
+    assert '<option value="15" selected>' in job  # a running job's charts refresh by themselves
+    async with db.read() as session:
+        failed_id = await session.scalar(select(Job.id).where(Job.name == "a-fail"))
+    assert '<option value="0" selected>' in (await admin.get(f"/jobs/{failed_id}")).text
     node = (await admin.get(f"/nodes/{node_id}")).text
     for key in ("node-cpu", "node-memory", "node-disk", "node-network", "accelerator-utilization"):
         assert f'data-testid="chart-{key}"' in node
     assert 'data-empty="no accelerator telemetry"' in node
     assert "/static/charts.js" in node
+    assert "no-accelerator-telemetry" not in node  # no sampler has spoken yet
+    async with db.write() as session:
+        said = monitoring.Sample("node.accelerator_telemetry", utcnow(), 0.0, {"node": "n1"}, node_id=node_id)
+        await monitoring.record_samples(session, [said])
+    node = (await admin.get(f"/nodes/{node_id}")).text
+    assert 'data-testid="no-accelerator-telemetry"' in node
+
+
+@pytest.mark.parametrize(
+    ("ago", "expected"),
+    [
+        (None, "1h"),
+        (timedelta(minutes=20), "1h"),
+        (timedelta(hours=5), "6h"),
+        (timedelta(days=2), "7d"),
+        (timedelta(days=200), "90d"),
+    ],
+)
+def test_a_jobs_charts_open_on_the_range_reaching_its_start(ago: timedelta | None, expected: str) -> None:
+    assert covering_range(None if ago is None else utcnow() - ago) == expected

@@ -11,7 +11,7 @@ import aicenter.web.pickers as pickers
 from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, NotFound, ValidationFailed
 from aicenter.core.roles import NodeSchedule, NodeState
-from aicenter.services import inventory
+from aicenter.services import inventory, monitoring
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, format_key_values, parse_int, parse_key_values
 
@@ -39,6 +39,8 @@ SCHEDULE_ACTIONS = {
     "uncordon": (NodeSchedule.SCHEDULABLE, "schedulable again"),
 }
 
+
+ACCELERATOR_TELEMETRY = "node.accelerator_telemetry"  # written by the samplers: 1 NVML answered, 0 it did not
 
 E = TypeVar("E", NodeState, NodeSchedule)
 
@@ -128,9 +130,12 @@ async def create_node(post: Post) -> Response:
 async def _detail(cx: Console, node_id: int, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
     async with cx.ctx.db.read() as session:
         view = await inventory.get_node(session, cx.actor, node_id)
+        # The samplers' word on NVML: 1 where the node's accelerators can be read, 0 where not; None: no sample yet.
+        said = await monitoring.latest_values(session, cx.actor, names=[ACCELERATOR_TELEMETRY], node_id=node_id)
     return render(
         cx,
         "inventory/node.html",
+        accelerator_telemetry=bool(said[0].value) if said else None,
         active="nodes",
         title=view.node.name,
         forms=forms,

@@ -439,9 +439,15 @@
   }
 
   var timer = null;
+  // A running job's page refreshes by default (its select says so); others start with auto refresh off.
+  function refreshDefault() {
+    var select = document.querySelector("[data-chart-refresh]");
+    return (select && select.getAttribute("data-default")) || "0";
+  }
+
   function schedule() {
     if (timer) { window.clearInterval(timer); timer = null; }
-    var every = Number(param("refresh") || 0);
+    var every = Number(param("refresh") || refreshDefault());
     if (every > 0) { timer = window.setInterval(refresh, every * 1000); }
   }
 
@@ -488,7 +494,7 @@
   document.addEventListener("change", function (event) {
     var select = event.target;
     if (!(select instanceof HTMLSelectElement) || !select.hasAttribute("data-chart-refresh")) { return; }
-    setParam("refresh", select.value, "0");
+    setParam("refresh", select.value, refreshDefault());
     schedule();
   });
 
