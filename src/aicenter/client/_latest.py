@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+from aicenter.client._base import BaseClient
 from aicenter.client._series import SeriesMixin
 from aicenter.client.errors import ApiError
 from aicenter.client.models import ApiModel
@@ -22,7 +24,7 @@ class LatestValue(ApiModel):
     value: float
 
 
-class LatestMixin(SeriesMixin):
+class LatestMixin(BaseClient):
     def latest_values(
         self, names: Sequence[str], *, window_s: float = 120.0, job_id: int | None = None, node_id: int | None = None
     ) -> list[LatestValue]:
@@ -37,7 +39,8 @@ class LatestMixin(SeriesMixin):
         start = datetime.now(UTC) - timedelta(seconds=window_s)
         for name in names:
             try:
-                answer = self.series(name, start=start, job_id=job_id, node_id=node_id)
+                # Through the Client's SeriesMixin, whichever order the Client lists the two mixins in.
+                answer = cast(SeriesMixin, self).series(name, start=start, job_id=job_id, node_id=node_id)
             except ApiError as exc:
                 if exc.code == "unknown_series":
                     continue
