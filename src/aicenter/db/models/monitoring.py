@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, PrimaryKeyConstraint, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.db.base import Base, BigIntId, IdMixin
@@ -47,7 +47,13 @@ class MetricSeries(IdMixin, Base):
 
 
 class MetricPoint(Base):
-    """A raw point. The primary key (series, time) is the only index: every read is a range of one series."""
+    """A raw point. The primary key (series, time) is the only index: every read is a range of one series.
+
+    Points of one series arrive one every 15 s among every other series', so in a heap table they are one per
+    page: a 10-series chart read 21,600 scattered pages (0.4 s on PostgreSQL here). The key therefore holds the
+    value: a clustered table on SQLite (WITHOUT ROWID), a covering key (INCLUDE) read by index-only scans on
+    PostgreSQL.
+    """
 
     __tablename__ = "metric_points"
 
@@ -57,9 +63,19 @@ class MetricPoint(Base):
     at_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
 
+    __table_args__ = (
+        PrimaryKeyConstraint("series_id", "at_ms", postgresql_include=["value"]),
+        {"sqlite_with_rowid": False},
+    )
+
 
 class MetricRollup(Base):
-    """Aggregates of one series over ``[bucket_ms, bucket_ms + step_s * 1000)``; ``step_s`` is 300 or 3600."""
+    """Aggregates of one series over ``[bucket_ms, bucket_ms + step_s * 1000)``; ``step_s`` is 300 or 3600.
+
+    Clustered by its key on SQLite and covered by it on PostgreSQL, as the raw points are: a 90-day chart then
+    reads 2,160 adjacent index entries per series. The price on PostgreSQL is that an upsert changes covered
+    columns, so it is never a HOT update; rollup rows are short and few (one per series per bucket).
+    """
 
     __tablename__ = "metric_rollups"
 
@@ -72,6 +88,11 @@ class MetricRollup(Base):
     sum: Mapped[float] = mapped_column(Float)
     min: Mapped[float] = mapped_column(Float)
     max: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("series_id", "step_s", "bucket_ms", postgresql_include=["count", "sum", "min", "max"]),
+        {"sqlite_with_rowid": False},
+    )
 
 
 class MetricIngestCursor(Base):

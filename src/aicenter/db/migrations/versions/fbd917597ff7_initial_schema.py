@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 421bc41d2f6c
+Revision ID: fbd917597ff7
 Revises: 
-Create Date: 2026-12-05 06:45:04.413275
+Create Date: 2026-12-05 07:14:55.680684
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '421bc41d2f6c'
+revision: str = 'fbd917597ff7'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -443,7 +443,8 @@ def upgrade() -> None:
     sa.Column('at_ms', sa.BigInteger(), nullable=False),
     sa.Column('value', sa.Float(), nullable=False),
     sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_points_series_id_metric_series'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('series_id', 'at_ms', name=op.f('pk_metric_points'))
+    sa.PrimaryKeyConstraint('series_id', 'at_ms', name=op.f('pk_metric_points'), postgresql_include=['value']),
+    sqlite_with_rowid=False
     )
     op.create_table('metric_rollups',
     sa.Column('series_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -454,7 +455,8 @@ def upgrade() -> None:
     sa.Column('min', sa.Float(), nullable=False),
     sa.Column('max', sa.Float(), nullable=False),
     sa.ForeignKeyConstraint(['series_id'], ['metric_series.id'], name=op.f('fk_metric_rollups_series_id_metric_series'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'))
+    sa.PrimaryKeyConstraint('series_id', 'step_s', 'bucket_ms', name=op.f('pk_metric_rollups'), postgresql_include=['count', 'sum', 'min', 'max']),
+    sqlite_with_rowid=False
     )
     op.create_table('version_files',
     sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
