@@ -27,14 +27,18 @@ tasks:
 DEADLINE_S = 90.0  # generous: the machine is shared; evaluation runs every second here
 
 
-@pytest.fixture
+# One server for the module (a start costs seconds on a shared machine): the tests add what they check under
+# names of their own.
+@pytest.fixture(scope="module")
 def receivers() -> Iterator[tuple[Inbox, int, WebhookReceiver]]:
     with smtp_server() as (inbox, port), webhook_receiver() as hook:
         yield inbox, port, hook
 
 
-@pytest.fixture
-def alerting_server(tmp_path: Path, receivers: tuple[Inbox, int, WebhookReceiver]) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def alerting_server(
+    tmp_path_factory: pytest.TempPathFactory, receivers: tuple[Inbox, int, WebhookReceiver]
+) -> Iterator[Server]:
     _, port, _ = receivers
     env = {
         "AICENTER_SMTP_HOST": "127.0.0.1",
@@ -42,7 +46,7 @@ def alerting_server(tmp_path: Path, receivers: tuple[Inbox, int, WebhookReceiver
         "AICENTER_SMTP_FROM": "alerts@aicenter.test",
         "AICENTER_ALERT_EVAL_INTERVAL_S": "1",
     }
-    srv = Server(tmp_path / "home", env=env).start()
+    srv = Server(tmp_path_factory.mktemp("alerts") / "home", env=env).start()
     try:
         yield srv
     finally:
@@ -100,9 +104,9 @@ def test_failed_job_alert_reaches_webhook_and_inbox(
 
 
 @pytest.mark.browser
-def test_alerts_and_events_pages_in_a_browser(server: Server, browser_page: Any) -> None:
+def test_alerts_and_events_pages_in_a_browser(alerting_server: Server, browser_page: Any) -> None:
     page = browser_page
-    base = server.url
+    base = alerting_server.url
     page.goto(f"{base}/login")
     page.fill("#login-username", "admin")
     page.fill("#login-password", ADMIN_PASSWORD)
