@@ -63,24 +63,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def page(server: Server, chromium_path: Path) -> Iterator[Any]:
-    """One headless Chromium page signed in as the admin, for every test of the module."""
+def browser(chromium_path: Path) -> Iterator[Any]:
+    """One headless Chromium for every test of the module."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
+        chromium = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.set_default_timeout(15_000)
-            tab = context.new_page()
-            tab.goto(f"{server.url}/login")
-            tab.fill("#login-username", "admin")
-            tab.fill("#login-password", ADMIN_PASSWORD)
-            with tab.expect_navigation():
-                tab.click("#login-submit")
-            yield tab
+            yield chromium
         finally:
-            browser.close()
+            chromium.close()
+
+
+def _signed_in(browser: Any, server: Server, username: str, password: str) -> Any:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    tab = context.new_page()
+    tab.goto(f"{server.url}/login")
+    tab.fill("#login-username", username)
+    tab.fill("#login-password", password)
+    with tab.expect_navigation():
+        tab.click("#login-submit")
+    return tab
+
+
+@pytest.fixture(scope="module")
+def page(server: Server, browser: Any) -> Any:
+    """The admin's page, shared by the module's tests."""
+    return _signed_in(browser, server, "admin", ADMIN_PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +314,30 @@ def test_home_node_and_job_pages_chart_the_series_with_readable_units(server: Se
     replica_memory = _drawn(page, "replica-memory")
     assert replica_memory.locator("[data-testid=chart-latest]").inner_text() == "300 MiB"
     _empty(page, "replica-accelerator-memory", "no accelerator memory reported")
+
+
+def test_a_member_sees_the_cluster_charts_and_only_their_workspaces(server: Server, browser: Any, api: Client) -> None:
+    from aicenter.services.monitoring import Sample
+
+    node = next(iter(api.list_nodes()))
+    now = utcnow()
+    _seed(
+        server,
+        [
+            Sample("node.cpu_utilization", now - timedelta(minutes=m), 0.5, {"node": node.name}, node_id=node.id)
+            for m in range(5)
+        ],
+    )
+    api.create_user("mia", "mia-password-1")
+    tab = _signed_in(browser, server, "mia", "mia-password-1")
+    try:
+        tab.goto(f"{server.url}/")
+        assert tab.locator("[data-testid=overview-scope]").inner_text() == "Your workspaces now"
+        _drawn(tab, "cluster-cpu")  # cluster series are every user's
+        assert (
+            tab.locator("[data-testid=tile-running] .tile-value").inner_text() == "0"
+        )  # the admin's jobs are not hers
+        assert tab.locator("[data-testid=overview-nodes-down]").count() == 0
+        assert tab.locator("[data-testid=workspace-row]").count() == 0
+    finally:
+        tab.context.close()
