@@ -60,9 +60,11 @@ async def test_alerts_and_events_pages_per_tenant(
     async with db.read() as session:
         recent = await recent_alerts(session, Actor(alice.user_id, "alice"), 5)
     assert [v.rule_name for v in recent] == ["job-failed"]
-    # The partial the home page includes, rendered by the console's own environment.
+    # The home page shows the firing alerts the member sees: her job's, not bob's.
+    home = await as_alice.get("/")
+    assert home.text.count('data-testid="recent-alert"') == 1
+    assert 'data-rule="job-failed"' in home.text
     template = build_environment().get_template("alerts/_recent.html")
-    assert 'data-rule="job-failed"' in template.render(recent=recent)
     assert "No alert is firing" in template.render(recent=[])
 
 

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from aicenter.services import monitoring, quotas
 from aicenter.web.console import Page, render
 from aicenter.web.nav import visible_sections
+from aicenter.web.routes.alerts import recent_alerts
 
 router = APIRouter()
 
@@ -18,7 +19,17 @@ async def home(cx: Page) -> Response:
     quota_views: list[quotas.QuotaView] = []
     async with cx.ctx.db.read() as session:
         overview = await monitoring.overview(session, cx.actor)
+        recent = await recent_alerts(session, cx.actor)
         if cx.workspace is not None:
             quota_views = await quotas.list_quotas(session, cx.actor, cx.workspace.id)
     actions = [e for _, entries in visible_sections(cx) for e in entries if e.description]
-    return render(cx, "home.html", active="home", title="Home", overview=overview, quotas=quota_views, actions=actions)
+    return render(
+        cx,
+        "home.html",
+        active="home",
+        title="Home",
+        overview=overview,
+        recent=recent,
+        quotas=quota_views,
+        actions=actions,
+    )
