@@ -1,6 +1,7 @@
 """``aicenter top --once`` against a real ``aicenter up`` whose sampler runs every second: the node's CPU and
 memory used vs allocated, "no accelerator telemetry" on this GPU-less host, the job counts and a running job among
-the top jobs with its sampled memory; a bad option is one line, not a traceback."""
+the top jobs with its sampled memory, and the job's console page charting those same samples in Chromium while it
+runs; a bad option is one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 SPEC = """\
 name: topjob
@@ -36,7 +38,9 @@ def sampled_server(tmp_path: Path) -> Server:
             srv.stop()
 
 
-def test_top_once_shows_nodes_jobs_and_top_jobs(sampled_server: Server, cli: Cli, tmp_path: Path) -> None:
+def test_top_once_shows_nodes_jobs_and_top_jobs(
+    sampled_server: Server, cli: Cli, tmp_path: Path, browser_page: Any
+) -> None:
     cli.run("login", "--server", sampled_server.url, "--username", "admin", "--password-stdin", stdin=ADMIN_PASSWORD)
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
@@ -63,6 +67,21 @@ def test_top_once_shows_nodes_jobs_and_top_jobs(sampled_server: Server, cli: Cli
     assert "no accelerator telemetry" in node
     job_line = next(line for line in frame.splitlines() if line.startswith(f"{job_id} "))
     assert re.search(r"\d+(\.\d+)?(Ki|Mi)\b", job_line), job_line  # the replica's sampled memory
+
+    # The running job's page draws its resource use from the same samples: the sampler's, not seeded ones.
+    page = browser_page
+    page.goto(f"{sampled_server.url}/login")
+    page.fill("#login-username", "admin")
+    page.fill("#login-password", ADMIN_PASSWORD)
+    with page.expect_navigation():
+        page.click("#login-submit")
+    page.goto(f"{sampled_server.url}/jobs/{job_id}")
+    for key in ("replica-memory", "replica-cpu"):
+        chart = page.locator(f"[data-testid=chart-{key}][data-state=drawn]")
+        chart.wait_for(timeout=30_000)
+        assert chart.locator("[data-testid=chart-legend-item]").first.inner_text().startswith("worker-0 ")
+    memory_legend = page.locator("[data-testid=chart-replica-memory] [data-testid=chart-legend-item]").first
+    assert re.search(r"\d+(\.\d+)? (KiB|MiB)$", memory_legend.inner_text())
 
     # A member: the cluster's use, none of the admin's jobs, no allocation (the node list is admins' only).
     cli.run("user", "create", "bob", "--password-stdin", stdin="bob-Passw0rd-1")
