@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -172,6 +172,13 @@ class Settings(BaseSettings):
     )
     alert_webhook_timeout_s: float = Field(
         default=5.0, description="A webhook that has not answered in this many seconds counts as failed (retried)."
+    )
+    alert_webhook_private_networks: list[str] = Field(
+        default_factory=list,
+        description='Networks (JSON list, e.g. ["10.20.0.0/16"]) that webhooks of workspace channels may reach '
+        "although they are private, loopback or link-local. Empty: a workspace's webhook must resolve to public "
+        "addresses only, so a workspace admin cannot make the server probe or call services inside the center. "
+        "Platform-wide channels (platform admins') may reach any address.",
     )
     alert_delivery_attempts: int = Field(
         default=8, ge=1, description="Attempts per notification (backoff 10 s doubling, at most 1 h) before giving up."
@@ -341,15 +348,16 @@ class Settings(BaseSettings):
         "best-fit, random-fit, fgd, default) or the path of a YAML/JSON policy document.",
     )
 
-    @field_validator("trusted_proxies")
+    @field_validator("trusted_proxies", "alert_webhook_private_networks")
     @classmethod
-    def _check_proxies(cls, entries: list[str]) -> list[str]:
+    def _check_networks(cls, entries: list[str], info: ValidationInfo) -> list[str]:
         for entry in entries:
             try:
                 ipaddress.ip_network(entry.strip(), strict=False)
             except ValueError:
                 raise ValueError(
-                    f"AICENTER_TRUSTED_PROXIES: {entry!r} is neither an IP address nor a network such as 10.0.0.0/8"
+                    f"AICENTER_{str(info.field_name).upper()}: {entry!r} is neither an IP address nor a network "
+                    "such as 10.0.0.0/8"
                 ) from None
         return entries
 

@@ -12,6 +12,7 @@ from aicenter.cli.common import CliError
 from aicenter.config import Settings
 from aicenter.core.errors import ValidationFailed
 from aicenter.services import alerts
+from tests.support.receivers import webhook_receiver
 
 
 def test_backoff_doubles_from_ten_seconds_up_to_an_hour() -> None:
@@ -54,3 +55,27 @@ def test_cli_durations() -> None:
     assert [duration_s(v, "--for") for v in ("90", "90s", "5m", "2h", "1d")] == [90, 90, 300, 7200, 86400]
     with pytest.raises(CliError):
         duration_s("5 minutes", "--for")
+
+
+async def test_a_workspace_webhook_reaches_no_private_address_unless_its_network_is_allowed(tmp_path: Path) -> None:
+    """A workspace admin's channel must not make the server call (or, through the channel test, probe) services
+    inside the center; a platform admin's channel may, and an allowed network opens it to workspaces."""
+    body = {"status": "firing", "summary": "x"}
+    with webhook_receiver() as receiver:
+        settings = Settings(home=tmp_path)
+        for url in (f"{receiver.url}/ws", f"http://localhost:{receiver.url.rsplit(':', 1)[1]}/ws"):
+            error = await alerts.send(settings, "webhook", url, body, workspace_id=7)
+            assert error is not None
+            assert "private address" in error
+            assert "AICENTER_ALERT_WEBHOOK_PRIVATE_NETWORKS" in error
+        assert receiver.bodies("/ws") == []  # refused before any connection
+
+        assert await alerts.send(settings, "webhook", f"{receiver.url}/platform", body) is None
+        allowed = Settings(home=tmp_path, alert_webhook_private_networks=["127.0.0.0/8"])
+        assert await alerts.send(allowed, "webhook", f"{receiver.url}/ws", body, workspace_id=7) is None
+        assert receiver.bodies("/platform") == receiver.bodies("/ws") == [body]
+
+
+def test_allowed_webhook_networks_are_checked_at_start(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="AICENTER_ALERT_WEBHOOK_PRIVATE_NETWORKS: 'intranet' is neither"):
+        Settings(home=tmp_path, alert_webhook_private_networks=["intranet"])

@@ -10,12 +10,15 @@ up (``next_attempt_at`` None, ``last_error`` kept) and shows in the channel's li
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import smtplib
+import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy import func, select
@@ -47,6 +50,7 @@ class Outgoing:
     target: str
     channel_name: str
     payload: dict[str, Any]
+    workspace_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,15 +92,46 @@ def _send_email_blocking(settings: Settings, message: EmailMessage, timeout_s: f
         smtp.send_message(message)
 
 
-async def send(settings: Settings, kind: str, target: str, payload: dict[str, Any]) -> str | None:
+async def private_target_error(settings: Settings, url: str) -> str | None:
+    """Why a workspace channel's webhook may not be called, or None: every address its host resolves to must be
+    public (or inside ``alert_webhook_private_networks``). Otherwise a workspace admin could make the server call,
+    or probe with the channel test, the database, Ray's dashboard or any service on the center's own network.
+
+    Checked on every send, not only when the channel is saved, since a name may resolve elsewhere later. A name
+    that resolves anew between this check and httpx's connect (DNS rebinding within the record's TTL) is not
+    covered; operators who need that shut give the server an egress proxy.
+    """
+    host = urlsplit(url).hostname or ""
+    port = urlsplit(url).port or 443
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return f"cannot resolve the webhook's host {host!r}: {err}"
+    allowed = [ipaddress.ip_network(n.strip(), strict=False) for n in settings.alert_webhook_private_networks]
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if not address.is_global and not any(address in network for network in allowed):
+            return (
+                f"the webhook's host {host!r} resolves to {address}, a private address a workspace's channel may not "
+                "reach; a platform admin can allow its network with AICENTER_ALERT_WEBHOOK_PRIVATE_NETWORKS"
+            )
+    return None
+
+
+async def send(
+    settings: Settings, kind: str, target: str, payload: dict[str, Any], *, workspace_id: int | None = None
+) -> str | None:
     """Send one message; returns None on success, else a one-line error (never raises for the receiver's faults).
 
-    Webhooks: a JSON POST, redirects not followed, any 2xx is success. E-mail: via ``smtp_host`` in a thread
-    (smtplib blocks), with the same timeout.
+    Webhooks: a JSON POST, redirects not followed, any 2xx is success; a workspace's webhook only to public
+    addresses (``private_target_error``). E-mail: via ``smtp_host`` in a thread (smtplib blocks), with the same
+    timeout.
     """
     timeout_s = settings.alert_webhook_timeout_s
     try:
         if kind == "webhook":
+            if workspace_id is not None and (refused := await private_target_error(settings, target)):
+                return refused
             async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
                 response = await client.post(target, json=payload, headers={"User-Agent": "aicenter-alerts"})
             if not 200 <= response.status_code < 300:
@@ -147,7 +182,16 @@ async def _claim(db: Database, owner: str, ttl_s: float, now: datetime) -> list[
                 continue
             assert row.lock_token is not None
             out.append(
-                Outgoing(row.id, row.lock_token, row.attempts, channel.kind, channel.target, channel.name, row.payload)
+                Outgoing(
+                    row.id,
+                    row.lock_token,
+                    row.attempts,
+                    channel.kind,
+                    channel.target,
+                    channel.name,
+                    row.payload,
+                    channel.workspace_id,
+                )
             )
         return out
 
@@ -178,7 +222,7 @@ async def deliver_due(db: Database, settings: Settings, *, owner: str) -> int:
     items = await _claim(db, owner, ttl_s, utcnow())
 
     async def one(item: Outgoing) -> None:
-        error = await send(settings, item.kind, item.target, item.payload)
+        error = await send(settings, item.kind, item.target, item.payload, workspace_id=item.workspace_id)
         await _record(db, item, error, settings.alert_delivery_attempts)
 
     await asyncio.gather(*(one(item) for item in items))
@@ -211,5 +255,5 @@ async def test_channel(db: Database, actor: Actor, channel_id: int, settings: Se
         "labels": {"channel": name},
         "workspace_id": workspace_id,
     }
-    error = await send(settings, kind, target, body)
+    error = await send(settings, kind, target, body, workspace_id=workspace_id)
     return ChannelTest(channel_id, error is None, error)
