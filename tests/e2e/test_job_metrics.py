@@ -94,6 +94,12 @@ def test_a_venv_image_job_reports_metrics_seen_by_cli_api_and_sdk(server: Server
         token = sdk.login("admin", ADMIN_PASSWORD).token
         assert [p.value for p in sdk.job_metric_series(job_id, "accuracy")] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
         assert sdk.job_metrics(job_id, name="accuracy", limit=2).next_cursor is not None
+        # The ingest controller copies them into series (report.<name>, per replica) within one interval (10 s).
+        names = _wait(lambda: sdk.series_names(job_id=job_id) or None, "the reported metrics to become series")
+        assert names == ["report.accuracy", "report.loss", "report.step"]
+        [loss] = sdk.series("report.loss", job_id=job_id).series
+        assert loss.labels == {"task": "worker", "replica": "0"}
+        assert (min(p.min for p in loss.points), max(p.max for p in loss.points)) == (0.2, 1.0)  # NaN dropped
     api = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     page = api.get(f"/api/v1/jobs/{job_id}/metrics", params={"limit": 4}).json()
     assert sum(len(s["points"]) for s in page["series"]) == 4  # two lines of two metrics

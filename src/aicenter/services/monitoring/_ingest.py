@@ -45,7 +45,6 @@ MAX_BYTES_PER_FILE = 4 * 1024 * 1024
 # Finished jobs are read for this long after they end: their last lines, and a server restart in between.
 FINISHED_WINDOW = timedelta(hours=1)
 _ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTED)
-_RESERVED = frozenset({"at", "step"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +116,8 @@ def _samples(line: bytes, target: IngestTarget, labels: dict[str, str]) -> list[
         return []
     out = []
     for name, value in record.items():
-        if name in _RESERVED and name != "step":
-            continue
+        if name == "at":
+            continue  # the time; "step" is a value like any other (report.step)
         number = _number(value)
         if number is not None:
             out.append(Sample(REPORT_PREFIX + name, at, number, labels, target.workspace_id, target.job_id))

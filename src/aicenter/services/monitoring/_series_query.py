@@ -251,7 +251,10 @@ async def query_series(
                 MetricRollup.bucket_ms < end_ms,
             )
             stmt = stmt.group_by(MetricRollup.series_id, bucket)
-        for series_id, b, mean, low, high in await session.execute(stmt.order_by(stmt.selected_columns[0], bucket)):
+        # Through the session's connection (Core), not the ORM: thousands of plain rows, no entities to build.
+        connection = await session.connection()
+        found = await connection.execute(stmt.order_by(stmt.selected_columns[0], bucket))
+        for series_id, b, mean, low, high in found:
             at = datetime.fromtimestamp(int(b) * step, tz=UTC)
             data[series_id].points.append(SeriesPoint(at, float(mean), float(low), float(high)))
     resolution = {0: "raw", 300: "5m", 3600: "1h"}[tier]
