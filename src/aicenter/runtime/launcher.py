@@ -65,6 +65,7 @@ from types import FrameType
 from typing import IO, Any
 
 from aicenter.runtime.cgroups import Limits, ReplicaGroup, group_name, layouts
+from aicenter.runtime.childwait import wait_handling_signals
 from aicenter.runtime.files import (
     LOCK_FILE,
     OUTPUT_FILE,
@@ -461,7 +462,7 @@ class _Supervisor:
         if plan.usage_interval_s > 0:
             threading.Thread(target=self._write_usage, args=(child.pid,), daemon=True).start()
 
-        exit_code = child.wait()
+        exit_code = wait_handling_signals(child)
         if plan.sandbox is not None and 128 < exit_code <= 128 + 64:
             exit_code = 128 - exit_code  # bwrap's 128+n for a command killed by signal n
         self.finished.set()
