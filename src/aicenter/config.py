@@ -318,10 +318,11 @@ class Settings(BaseSettings):
     )
     metrics_sample_interval_s: float = Field(
         default=15.0,
-        ge=1.0,
+        ge=0.0,
         description="How often the sampler reads every node's CPU, memory, disk, network and accelerators and every "
         "running replica's CPU and memory (series node.*, accelerator.*, replica.*); also how often Slurm replicas' "
-        "launchers write their usage file. One read costs ~1 ms of CPU per node.",
+        "launchers write their usage file. One read costs ~1 ms of CPU per node. 0: no sampler (a center whose "
+        "telemetry comes from its own exporters); at least 1 otherwise.",
     )
     engine_sync_s: float = Field(
         default=5.0,
@@ -360,6 +361,13 @@ class Settings(BaseSettings):
                     "such as 10.0.0.0/8"
                 ) from None
         return entries
+
+    @field_validator("metrics_sample_interval_s")
+    @classmethod
+    def _check_sample_interval(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("AICENTER_METRICS_SAMPLE_INTERVAL_S: 0 (off) or at least 1 second")
+        return value
 
     @model_validator(mode="after")
     def _engines_configured(self) -> Settings:

@@ -122,3 +122,10 @@ def test_metric_series_settings_default_and_refuse_too_short_retention(
     assert Settings(home=tmp_path).metrics_raw_retention_s == 7200
     with pytest.raises(ValidationError, match="metrics_raw_retention_s"):
         Settings(home=tmp_path, metrics_raw_retention_s=10)
+
+
+def test_the_sampler_interval_is_off_or_at_least_a_second(tmp_path: Path) -> None:
+    assert Settings(home=tmp_path).metrics_sample_interval_s == 15.0
+    assert Settings(home=tmp_path, metrics_sample_interval_s=0).metrics_sample_interval_s == 0
+    with pytest.raises(ValidationError, match="0 \\(off\\) or at least 1 second"):
+        Settings(home=tmp_path, metrics_sample_interval_s=0.5)

@@ -196,7 +196,8 @@ class SamplerController(Controller):
 
 
 def build(ctx: AppContext) -> SamplerController | None:
-    """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES`` (none without executors)."""
-    if not ctx.executors:
+    """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES`` (none without executors, or with the
+    interval set to 0)."""
+    if not ctx.executors or ctx.settings.metrics_sample_interval_s == 0:
         return None
     return SamplerController(ctx.db, ctx.settings, ctx.executors)
