@@ -1,4 +1,5 @@
-"""A real ``aicenter up`` process on a temporary home and a free port, the CLI as a subprocess, and Chromium.
+"""A real ``aicenter up`` process on a temporary home and a free port, the CLI (in this process, or as a subprocess
+where the command itself is under test), and Chromium.
 
 The server (tests/support/servers.py) is the installed console script, started the way a user starts it and
 stopped with SIGINT (Ctrl-C), which must exit 0. It runs on SQLite (the embedded shape) in development mode with
@@ -10,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from aicenter.cli.main import app as cli_app
 from tests.support.postgres import fresh_database
 from tests.support.servers import Server, clean_env, executable
 from tests.support.settings import ADMIN_PASSWORD
@@ -51,12 +55,27 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 @dataclass
 class Cli:
-    """The ``aicenter`` command with its own home (profiles in ``home/config.toml``)."""
+    """The ``aicenter`` command with its own home (profiles in ``home/config.toml``).
+
+    In this process by default (typer's CliRunner, with the environment the process would get): an ``aicenter``
+    process costs ~0.7 s of CPU in interpreter start and imports (httpx, typer, the SDK's models), and the e2e
+    journeys run ~250 commands, on 2 CI cores. ``process=True`` starts the installed console script instead, for
+    the tests about the command itself (tests/e2e/test_jobs_cli.py, test_catalog_cli.py) and anything that must
+    outlive a call.
+    """
 
     home: Path
+    process: bool = False
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
+        result = self._spawn(args, stdin) if self.process else self._invoke(args, stdin)
+        if check:
+            assert result.returncode == 0, f"aicenter {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+            assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    def _spawn(self, args: tuple[str, ...], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [executable("aicenter"), *args],
             input=stdin,
             capture_output=True,
@@ -65,10 +84,17 @@ class Cli:
             timeout=60,
             check=False,
         )
-        if check:
-            assert result.returncode == 0, f"aicenter {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
-            assert "Traceback" not in result.stderr, result.stderr
-        return result
+
+    def _invoke(self, args: tuple[str, ...], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        # The process's environment: no AICENTER_* of this one, this CLI's home.
+        env: dict[str, str | None] = {name: None for name in os.environ if name.startswith("AICENTER_")}
+        env["AICENTER_HOME"] = str(self.home)
+        outcome = CliRunner().invoke(cli_app, list(args), input=stdin, env=env, catch_exceptions=True)
+        stderr = outcome.stderr
+        if outcome.exception is not None and not isinstance(outcome.exception, SystemExit):
+            # What the interpreter prints for an uncaught exception, so that checks for a traceback still see it.
+            stderr += "".join(traceback.format_exception(outcome.exception))
+        return subprocess.CompletedProcess(["aicenter", *args], outcome.exit_code, outcome.stdout, stderr)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)

@@ -15,6 +15,14 @@ from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The installed ``aicenter`` as a process: its exit codes and one-line errors are what this module tests."""
+    home = tmp_path / "cli-home"
+    home.mkdir()
+    return Cli(home, process=True)
+
+
 def _login(cli: Cli, server: Server, profile: str, username: str, password: str) -> None:
     cli.run("-P", profile, "login", "--server", server.url, "--username", username, "--password-stdin", stdin=password)
 

@@ -27,10 +27,11 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
+from tests.support.extras import skip_without
 from tests.support.ray import RayCluster, RayNodeSpec, ray_available
 from tests.support.slurm import NodeSpec, SlurmCluster, slurm_available
 
-pytest.importorskip("torch")  # in the test extras; CI installs it
+skip_without("torch")  # in the test extras; CI installs it
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -26,6 +26,14 @@ DEADLINE_S = 60.0  # generous: the machine is shared; a trivial job normally end
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The installed ``aicenter`` as a process: its exit codes and one-line errors are what this module tests."""
+    home = tmp_path / "cli-home"
+    home.mkdir()
+    return Cli(home, process=True)
+
+
 def _job(cli: Cli, job_id: int) -> dict[str, Any]:
     data: dict[str, Any] = cli.json("job", "get", str(job_id))
     return data

@@ -31,6 +31,7 @@ from tests.integration.controllers.jobs_helpers import (
     submit,
     tick_until,
 )
+from tests.support.extras import skip_without
 
 PY = sys.executable
 
@@ -167,7 +168,7 @@ async def test_a_restarted_reconciler_adopts_an_intent_instead_of_launching_twic
 async def test_ddp_job_resumes_from_its_checkpoint_after_a_replica_is_killed(
     app: FastAPI, db: Database, settings: Settings, alice: Actor, tmp_path: Path
 ) -> None:
-    pytest.importorskip("torch")
+    skip_without("torch", allow_module_level=False)
     from tests.integration.executors.test_ddp import TRAIN
     from tests.integration.services.catalog_helpers import entries, new_item, new_version
 

@@ -22,8 +22,9 @@ from aicenter.executors import ReplicaHandle, ReplicaPlan, ReplicaState, Replica
 from aicenter.executors.local import LocalExecutor
 from aicenter.executors.local.sandboxing import sandbox_support
 from aicenter.runtime.env import ReplicaAddress, framework_env, ports_needed, runtime_env
+from tests.support.extras import skip_without
 
-pytest.importorskip("torch")  # in the test extras (torch==2.13.0); CI installs it
+skip_without("torch")  # in the test extras (torch==2.13.0); CI installs it
 
 pytestmark = pytest.mark.slow
 
