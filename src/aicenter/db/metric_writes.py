@@ -79,10 +79,12 @@ async def add_to_rollups(session: AsyncSession, rows: Sequence[Mapping[str, Any]
     await session.execute(upsert, ordered)
 
 
-async def set_ingest_cursor(session: AsyncSession, *, path: str, job_id: int, offset: int) -> None:
+async def set_ingest_cursor(session: AsyncSession, *, path: str, job_id: int, offset: int, last_ms: int | None) -> None:
     """Record how far a metrics file was ingested (insert or move forward)."""
     insert = sqlite_insert if _is_sqlite(session) else pg_insert
-    statement = insert(MetricIngestCursor).values(path=path, job_id=job_id, offset=offset)
+    statement = insert(MetricIngestCursor).values(path=path, job_id=job_id, offset=offset, last_ms=last_ms)
     await session.execute(
-        statement.on_conflict_do_update(index_elements=[MetricIngestCursor.path], set_={"offset": offset})
+        statement.on_conflict_do_update(
+            index_elements=[MetricIngestCursor.path], set_={"offset": offset, "last_ms": last_ms}
+        )
     )

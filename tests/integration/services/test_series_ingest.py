@@ -38,7 +38,7 @@ def reporting(monkeypatch: pytest.MonkeyPatch, jobs: Path, job_id: int, replica:
 
 def report_apart(**metrics: float) -> None:
     report(**metrics)  # type: ignore[arg-type]
-    time.sleep(0.002)  # points are kept per millisecond: two reports in one would keep only the first
+    time.sleep(0.002)  # a millisecond apart, as a real training step is: the times below are the reported ones
 
 
 async def loss_points(db: Database, job_id: int) -> list[tuple[str, float]]:
@@ -95,10 +95,11 @@ async def test_reported_metrics_are_ingested_once_across_restarts(
     second = MetricsIngestController(db, config, owner="second")
     await second.tick()
     assert second.points == 1
+    # The file's order is the truth: a line stamped before the line above it follows it by a millisecond.
     assert await loss_points(db, job_id) == [
-        ("worker-0", 1.0),
         ("worker-0", 0.5),
         ("worker-0", 0.25),
+        ("worker-0", 1.0),
         ("worker-1", 0.125),
     ]
     async with db.read() as session:
@@ -114,6 +115,27 @@ async def test_reported_metrics_are_ingested_once_across_restarts(
     assert second.points == 2
     assert (await loss_points(db, job_id))[-2] == ("worker-0", 0.0625)
     await second.stop()
+
+
+async def test_steps_reported_within_one_millisecond_are_all_kept_in_order(
+    db: Database, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A point is kept per series and millisecond, and a tight loop reports many steps in one: each is moved to
+    the next free millisecond, also across two rounds of the ingest."""
+    p = await people(db)
+    job_id = await new_job(db, p.ws)
+    jobs = tmp_path / "jobs"
+    config = settings.model_copy(update={"jobs_dir": jobs})
+    reporting(monkeypatch, jobs, job_id, "worker-0")
+    for step in range(1, 51):
+        report(step=step, loss=1.0 / step)
+    ingest = MetricsIngestController(db, config, owner="tight")
+    await ingest.tick()
+    for step in range(51, 101):
+        report(step=step, loss=1.0 / step)
+    await ingest.tick()
+    await ingest.stop()
+    assert [value for _, value in await loss_points(db, job_id)] == [1.0 / step for step in range(1, 101)]
 
 
 async def test_retention_prunes_each_tier(db: Database, settings: Settings) -> None:

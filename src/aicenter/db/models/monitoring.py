@@ -97,13 +97,15 @@ class MetricRollup(Base):
 
 class MetricIngestCursor(Base):
     """How far the ingest of a job's ``metrics.jsonl`` files got: one row per file (its path under the jobs
-    directory), the byte offset after the last whole line ingested. Advanced in the transaction that writes the
-    points, so a restart resumes exactly there."""
+    directory), the byte offset after the last whole line ingested and the millisecond its last point was stored
+    at (lines are stored a millisecond apart at least). Advanced in the transaction that writes the points, so a
+    restart resumes exactly there."""
 
     __tablename__ = "metric_ingest_cursors"
 
     path: Mapped[str] = mapped_column(String(1024), primary_key=True)
     job_id: Mapped[int] = mapped_column(BigIntId, ForeignKey("jobs.id", ondelete="CASCADE"))
     offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     __table_args__ = (Index("ix_metric_ingest_cursors_job_id", "job_id"),)

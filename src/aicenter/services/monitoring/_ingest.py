@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from aicenter.core.jobs import JobStatus
 from aicenter.db.metric_writes import set_ingest_cursor
 from aicenter.db.models import Job, MetricIngestCursor
 from aicenter.services.jobs import metric_files
-from aicenter.services.monitoring._series import Sample, record_samples
+from aicenter.services.monitoring._series import Sample, record_samples, to_ms
 
 __all__ = [
     "REPORT_PREFIX",
@@ -42,6 +42,7 @@ __all__ = [
 
 REPORT_PREFIX = "report."
 MAX_BYTES_PER_FILE = 4 * 1024 * 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Finished jobs are read for this long after they end: their last lines, and a server restart in between.
 FINISHED_WINDOW = timedelta(hours=1)
 _ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTED)
@@ -51,7 +52,8 @@ _ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatu
 class IngestTarget:
     job_id: int
     workspace_id: int
-    cursors: dict[str, int]  # file path (relative to the jobs directory) -> bytes ingested
+    # file path (relative to the jobs directory) -> (bytes ingested, the millisecond its last point was stored at)
+    cursors: dict[str, tuple[int, int | None]]
 
 
 @dataclass(slots=True)
@@ -61,6 +63,7 @@ class FileChunk:
     path: str
     start: int
     end: int
+    last_ms: int | None = None  # the millisecond the chunk's last point is stored at
     samples: list[Sample] = field(default_factory=list)
 
 
@@ -76,14 +79,17 @@ async def ingest_targets(session: AsyncSession, *, now: datetime | None = None) 
         )
     ).all()
     ids = [job_id for job_id, _ in jobs]
-    cursors: dict[int, dict[str, int]] = {job_id: {} for job_id in ids}
+    cursors: dict[int, dict[str, tuple[int, int | None]]] = {job_id: {} for job_id in ids}
     for i in range(0, len(ids), 500):
-        for job_id, path, offset in await session.execute(
-            select(MetricIngestCursor.job_id, MetricIngestCursor.path, MetricIngestCursor.offset).where(
-                MetricIngestCursor.job_id.in_(ids[i : i + 500])
-            )
+        for job_id, path, offset, last_ms in await session.execute(
+            select(
+                MetricIngestCursor.job_id,
+                MetricIngestCursor.path,
+                MetricIngestCursor.offset,
+                MetricIngestCursor.last_ms,
+            ).where(MetricIngestCursor.job_id.in_(ids[i : i + 500]))
         ):
-            cursors[job_id][path] = offset
+            cursors[job_id][path] = (offset, last_ms)
     return [IngestTarget(job_id, workspace_id, cursors[job_id]) for job_id, workspace_id in jobs]
 
 
@@ -124,8 +130,17 @@ def _samples(line: bytes, target: IngestTarget, labels: dict[str, str]) -> list[
     return out
 
 
-def _read(path: Path, start: int, target: IngestTarget, labels: dict[str, str], relative: str) -> FileChunk:
-    chunk = FileChunk(relative, start, start)
+def _read(
+    path: Path, start: int, last_ms: int | None, target: IngestTarget, labels: dict[str, str], relative: str
+) -> FileChunk:
+    """Read one file's new complete lines as samples.
+
+    A point is stored per series and millisecond, and a training loop reports several steps within one
+    (``report`` costs ~30 us): a line in the same or an earlier millisecond than the line stored before it
+    (``last_ms``, kept with the cursor across rounds) is moved to the next free millisecond, so every step is
+    kept, in the file's order, at most a few ms off.
+    """
+    chunk = FileChunk(relative, start, start, last_ms)
     try:
         with path.open("rb") as f:
             f.seek(start)
@@ -134,9 +149,20 @@ def _read(path: Path, start: int, target: IngestTarget, labels: dict[str, str], 
         return chunk
     whole = data.rfind(b"\n") + 1  # bytes up to the last complete line
     for line in data[:whole].splitlines():
-        if line.strip():
-            chunk.samples.extend(_samples(line, target, labels))
+        if not line.strip():
+            continue
+        samples = _samples(line, target, labels)
+        if samples:
+            at_ms = to_ms(samples[0].at)
+            if last_ms is not None and at_ms <= last_ms:
+                at_ms = last_ms + 1
+                # Half a millisecond in, so that to_ms's truncation of a float lands on this millisecond.
+                at = _EPOCH + timedelta(milliseconds=at_ms, microseconds=500)
+                samples = [replace(s, at=at) for s in samples]
+            last_ms = at_ms
+            chunk.samples.extend(samples)
     chunk.end = start + whole
+    chunk.last_ms = last_ms
     return chunk
 
 
@@ -151,13 +177,13 @@ def read_reported(jobs_path: Path, target: IngestTarget) -> list[FileChunk]:
         labels = {"task": task, "replica": str(index)}
         for _attempt, path in files:
             relative = str(path.relative_to(jobs_path))
-            start = target.cursors.get(relative, 0)
+            start, last_ms = target.cursors.get(relative, (0, None))
             try:
                 size = path.stat().st_size
             except OSError:
                 continue
             if size > start:
-                chunk = _read(path, start, target, labels, relative)
+                chunk = _read(path, start, last_ms, target, labels, relative)
                 if chunk.end > chunk.start:
                     chunks.append(chunk)
     return chunks
@@ -182,5 +208,5 @@ async def store_reported(session: AsyncSession, job_id: int, chunks: Sequence[Fi
     fresh = [c for c in chunks if stored.get(c.path, 0) == c.start]
     points = await record_samples(session, [s for c in fresh for s in c.samples])
     for chunk in fresh:
-        await set_ingest_cursor(session, path=chunk.path, job_id=job_id, offset=chunk.end)
+        await set_ingest_cursor(session, path=chunk.path, job_id=job_id, offset=chunk.end, last_ms=chunk.last_ms)
     return points

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: e87874496cfb
+Revision ID: 86b9b179a3b3
 Revises: 
-Create Date: 2026-12-05 07:19:57.413201
+Create Date: 2026-12-05 08:08:51.086234
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'e87874496cfb'
+revision: str = '86b9b179a3b3'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -417,6 +417,7 @@ def upgrade() -> None:
     sa.Column('path', sa.String(length=1024), nullable=False),
     sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('offset', sa.BigInteger(), nullable=False),
+    sa.Column('last_ms', sa.BigInteger(), nullable=True),
     sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_metric_ingest_cursors_job_id_jobs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('path', name=op.f('pk_metric_ingest_cursors'))
     )
