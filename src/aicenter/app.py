@@ -186,6 +186,8 @@ def create_app(
             on_bootstrap(result)
         controllers = [c for f in CONTROLLER_FACTORIES if (c := f(ctx)) is not None] if run_controllers else []
         for controller in controllers:
+            await controller.prepare()
+        for controller in controllers:
             controller.start()
         # Move the ~200k objects of imports and start-up out of the collector's view: full collections then
         # scan only request garbage, which shortens the pauses that show up as p99 latency.

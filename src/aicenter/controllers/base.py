@@ -31,6 +31,10 @@ class Controller(ABC):
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
+    async def prepare(self) -> None:  # noqa: B027 (an optional hook: most controllers need none)
+        """What must be done before the server answers its first request (the app factory awaits it before
+        ``start``); nothing by default. A failure is logged and left to the ticks."""
+
     @abstractmethod
     async def tick(self) -> None: ...
 

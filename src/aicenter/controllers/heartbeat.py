@@ -48,6 +48,15 @@ class HeartbeatController(Controller):
         self._detect = detect
         self.host: HostInfo | None = None  # set once this host is registered
 
+    async def prepare(self) -> None:
+        """Register this host before the server answers: a job submitted right after ``aicenter up`` would
+        otherwise find no node in its pool (the first tick ran only once the other controllers had started)."""
+        if self.settings.register_host and "local" in self.settings.executors:
+            try:
+                await self._heartbeat()
+            except Exception:
+                log.exception("registering this host failed; the heartbeat retries it")
+
     async def tick(self) -> None:
         if self.settings.register_host and "local" in self.settings.executors:
             await self._heartbeat()
