@@ -195,6 +195,7 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.metrics.platform.close()
             for controller in controllers:
                 await controller.stop()
             for executor in ctx.executors.values():

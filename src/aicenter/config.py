@@ -109,8 +109,9 @@ class Settings(BaseSettings):
     metrics_cache_s: float = Field(
         default=5.0,
         ge=0,
-        description="How long /metrics reuses the platform counts it read from the database, in seconds, so "
-        "that several scrapers never add up to more than one set of aggregate queries per interval.",
+        description="How old the platform counts /metrics serves may be, in seconds: a refresher re-reads them "
+        "this often while scrapes come (one within a minute), so no scrape waits on the database and several "
+        "scrapers never add up to more than one set of aggregate queries per interval; 0: read on every scrape.",
     )
     metrics_raw_retention_s: int = Field(
         default=24 * 3600,

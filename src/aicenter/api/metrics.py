@@ -10,8 +10,10 @@ docs/monitoring.md lists the metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
+import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -37,6 +39,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Latency buckets for an API whose reads answer in milliseconds and whose uploads may take many seconds.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 UNMATCHED_ROUTE = "unmatched"  # a path no route matched (404s): one label value, not one per path
+# The refresher re-reads the platform's counts while a scrape came within this (4 x a 15 s scrape interval).
+REFRESH_WHILE_SCRAPED_S = 60.0
+log = logging.getLogger(__name__)
 
 
 class PlatformGauges:
@@ -55,11 +60,46 @@ class PlatformGauges:
         self.text = render_gauges(self.gauges())
         self.taken_at = float("-inf")  # monotonic; -inf: never
         self.lock = asyncio.Lock()
+        self.scraped_at = float("-inf")  # monotonic: the last scrape
+        self.refresher: asyncio.Task[None] | None = None
 
-    async def refresh(self, ctx: AppContext) -> None:
-        """Read the platform's counts unless the last read is younger than ``metrics_cache_s``."""
+    async def serve(self, ctx: AppContext) -> None:
+        """Make ``text`` fit to serve, without a database read on the scrape's path once the first is done.
+
+        The first scrape waits for a read. Later ones serve the text in memory, and a refresher task re-reads
+        every ``metrics_cache_s`` for as long as scrapes keep coming (one within ``REFRESH_WHILE_SCRAPED_S``),
+        so the gauges are at most that old plus one read: a scrape costs the render of the in-memory metrics
+        (~3 ms) whatever the database holds, against ~55 ms with the read on its path at 10,000 jobs. An
+        unscraped server reads nothing.
+        """
+        self.scraped_at = time.monotonic()
+        if self.taken_at == float("-inf"):
+            await self.refresh(ctx, force=True)  # a refresher's read begun earlier must not stand in for it
+        if ctx.settings.metrics_cache_s > 0 and (self.refresher is None or self.refresher.done()):
+            self.refresher = asyncio.create_task(self._refresh_while_scraped(ctx), name="metrics-refresher")
+        elif ctx.settings.metrics_cache_s == 0:
+            await self.refresh(ctx)  # no cache: every scrape reads (the benchmark's uncached figure)
+
+    async def _refresh_while_scraped(self, ctx: AppContext) -> None:
+        while time.monotonic() - self.scraped_at < REFRESH_WHILE_SCRAPED_S:
+            await asyncio.sleep(max(0.0, self.taken_at + ctx.settings.metrics_cache_s - time.monotonic()))
+            try:
+                await self.refresh(ctx)
+            except Exception:  # the database away for a moment: serve the last text, try again next interval
+                log.exception("reading the platform's counts for /metrics failed")
+                await asyncio.sleep(ctx.settings.metrics_cache_s)
+
+    async def close(self) -> None:
+        """Stop the refresher (the app's shutdown, before the database goes)."""
+        if self.refresher is not None:
+            self.refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.refresher
+
+    async def refresh(self, ctx: AppContext, *, force: bool = False) -> None:
+        """Read the platform's counts unless the last read is younger than ``metrics_cache_s`` (or ``force``)."""
         async with self.lock:  # concurrent scrapes wait for one read instead of each running their own
-            if time.monotonic() - self.taken_at < ctx.settings.metrics_cache_s:
+            if not force and time.monotonic() - self.taken_at < ctx.settings.metrics_cache_s:
                 return
             async with ctx.db.read() as session:
                 self.snapshot = await monitoring.snapshot(session)
@@ -285,5 +325,5 @@ async def metrics(request: Request, ctx: Ctx) -> Response:
         if not actor.is_platform_admin:
             raise Forbidden("only platform admins or the scraper's token (AICENTER_METRICS_TOKEN) can read /metrics")
     state: Metrics = request.app.state.metrics
-    await state.platform.refresh(ctx)
+    await state.platform.serve(ctx)
     return Response(generate_latest(state.registry) + state.platform.text, media_type=CONTENT_TYPE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import httpx
@@ -243,3 +244,31 @@ async def test_no_scraper_token_admins_only(client: httpx.AsyncClient, app: Fast
     assert (await client.get("/metrics")).status_code == 401
     admin = await admin_login(client)
     assert (await client.get("/metrics", headers=admin.headers)).status_code == 200
+
+
+async def test_scrapes_are_served_from_memory_and_refreshed_while_scraped(
+    client: httpx.AsyncClient, app: FastAPI, db: Database, scraper_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first scrape no scrape reads the database: a refresher re-reads every metrics_cache_s while
+    scrapes come, so a new job shows within that time, and it ends with the app."""
+    platform = app.state.metrics.platform
+    monkeypatch.setattr(app.state.ctx.settings, "metrics_cache_s", 0.2)
+    before = _values((await _scrape(client, app, scraper_token))["aicenter_jobs"][1])
+    async with db.write() as session:
+        ws = Workspace(name="late")
+        session.add(ws)
+        await session.flush()
+        session.add(Job(workspace_id=ws.id, name="late", status="queued"))
+    reads = platform.taken_at
+    for _ in range(100):  # the refresher's next read, 0.2 s on
+        r = await client.get("/metrics", headers={"Authorization": f"Bearer {scraper_token}"})
+        if 'aicenter_jobs{status="queued",workspace="late"} 1.0' in r.text:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail(f"the new job never showed; before: {before}")
+    assert platform.taken_at > reads
+    assert platform.refresher is not None
+    assert not platform.refresher.done()
+    await platform.close()
+    assert platform.refresher.done()
