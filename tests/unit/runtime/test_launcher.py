@@ -92,21 +92,29 @@ def test_main_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main(["--anchor", "not-a-pid", str(tmp_path / "plan.json")]) == 2
 
 
+def _start_until_ready(run_dir: Path, plan: LauncherPlan) -> subprocess.Popen[bytes]:
+    """Start a launcher on ``plan`` in ``run_dir`` and wait until its command printed ``ready``."""
+    write_json_atomic(run_dir / "plan.json", plan.to_json())
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "aicenter.runtime.launcher", str(run_dir / "plan.json")], env=env
+    )
+    deadline = time.monotonic() + 30
+    output = run_dir / "output.log"
+    while b" ready\n" not in (output.read_bytes() if output.exists() else b""):
+        if time.monotonic() > deadline:
+            launcher.kill()
+            raise AssertionError("the launcher did not start the command")
+        time.sleep(0.02)
+    return launcher
+
+
 def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: Path) -> None:
     """What the Slurm executor sends (``scancel --batch --signal=USR2``) when the stop's grace is over."""
     plan = LauncherPlan(command="trap '' TERM; echo ready; exec sleep 600", workdir=str(tmp_path))
-    write_json_atomic(tmp_path / "plan.json", plan.to_json())
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "aicenter.runtime.launcher", str(tmp_path / "plan.json")], env=env
-    )
+    # "ready" is printed after the trap is set: a TERM before it would end the shell (a plain stop).
+    launcher = _start_until_ready(tmp_path, plan)
     try:
-        deadline = time.monotonic() + 30
-        # "ready" is printed after the trap is set: a TERM before it would end the shell (a plain stop).
-        output = tmp_path / "output.log"
-        while b" ready\n" not in (output.read_bytes() if output.exists() else b""):
-            assert time.monotonic() < deadline, "the launcher did not start the command"
-            time.sleep(0.02)
         launcher.send_signal(signal.SIGTERM)  # ignored by the command
         launcher.send_signal(signal.SIGUSR2)
         assert launcher.wait(timeout=30) == 0
@@ -121,17 +129,9 @@ def test_a_plan_with_a_usage_interval_gets_usage_json_while_the_command_runs(tmp
     burn = "sum(range(3 * 10**6)); x = b'x' * (32 << 20); print('ready', flush=True); import time; time.sleep(60)"
     command = f'{sys.executable} -c "{burn}"'
     plan = LauncherPlan(command=command, workdir=str(tmp_path), cgroups=False, usage_interval_s=0.2)
-    write_json_atomic(tmp_path / "plan.json", plan.to_json())
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "aicenter.runtime.launcher", str(tmp_path / "plan.json")], env=env
-    )
+    launcher = _start_until_ready(tmp_path, plan)
     try:
         deadline = time.monotonic() + 30
-        output = tmp_path / "output.log"
-        while b" ready\n" not in (output.read_bytes() if output.exists() else b""):
-            assert time.monotonic() < deadline, "the launcher did not start the command"
-            time.sleep(0.02)
         started = time.time()
         while (read_json(tmp_path / "usage.json") or {}).get("at", 0) < started:  # a write after "ready"
             assert time.monotonic() < deadline, "no usage.json written after the command's start"

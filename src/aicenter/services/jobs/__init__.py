@@ -26,6 +26,7 @@ from aicenter.services.jobs._metrics import (
     job_metrics,
     metric_files,
     read_job_metrics,
+    report_stamp,
 )
 from aicenter.services.jobs._queries import (
     LogTarget,
@@ -155,6 +156,7 @@ __all__ = [
     "register_usage",
     "replica_plans",
     "replica_usage",
+    "report_stamp",
     "request_stop",
     "resolve_workspace",
     "resubmit_job",

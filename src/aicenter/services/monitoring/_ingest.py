@@ -28,7 +28,7 @@ from aicenter.core.clock import utcnow
 from aicenter.core.jobs import JobStatus
 from aicenter.db.metric_writes import set_ingest_cursor
 from aicenter.db.models import Job, MetricIngestCursor
-from aicenter.services.jobs import metric_files
+from aicenter.services.jobs import metric_files, report_stamp
 from aicenter.services.monitoring._series import Sample, record_samples, to_ms
 
 __all__ = [
@@ -93,16 +93,6 @@ async def ingest_targets(session: AsyncSession, *, now: datetime | None = None) 
     return [IngestTarget(job_id, workspace_id, cursors[job_id]) for job_id, workspace_id in jobs]
 
 
-def _stamp(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-
-
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -117,7 +107,7 @@ def _samples(line: bytes, target: IngestTarget, labels: dict[str, str]) -> list[
         return []  # a damaged line is skipped, not retried forever
     if not isinstance(record, dict):
         return []
-    at = _stamp(record.get("at"))
+    at = report_stamp(record.get("at"))
     if at is None:
         return []
     out = []
