@@ -609,6 +609,7 @@ def _query(app: FastAPI, op: Operation, world: World) -> dict[str, Any]:
 # Required query parameters whose value must name something of the world, by (path, parameter).
 _QUERY_VALUES: dict[tuple[str, str], Callable[[World], Any]] = {
     ("/api/v1/series", "name"): lambda w: SERIES_NAME,
+    ("/api/v1/series/latest", "name"): lambda w: [SERIES_NAME],
 }
 
 

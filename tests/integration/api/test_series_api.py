@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
@@ -103,3 +104,49 @@ async def test_series_query_names_tenants_and_bad_requests(db: Database, client:
     assert (await get()).status_code == 422
     anonymous = await client.get("/api/v1/series", params={"name": "node.cpu_utilization"})
     assert anonymous.status_code == 401
+
+
+async def test_latest_values_per_tenant_with_more_series_than_a_range_query_takes(
+    db: Database, client: httpx.AsyncClient
+) -> None:
+    """GET /api/v1/series/latest (``aicenter top``): the newest point of each recent series, the member's own
+    only, however many jobs ever reported (a range query refuses over 1,000 series of one name)."""
+    alice = await make_user(db, client, "alice")
+    carol = await make_user(db, client, "carol")
+    admin = await admin_login(client)
+    alice_job, carol_job, now = await _seed(db, alice, carol)
+    labels = {"task": "worker", "replica": "0"}
+    async with db.write() as session:
+        old = [
+            Sample("replica.memory_bytes", now - timedelta(hours=2), 1.0, labels, None, None, n) for n in range(1001)
+        ]
+        fresh = [
+            Sample("replica.memory_bytes", utcnow() - timedelta(seconds=5), 2.0**20, labels, ws, job_id)
+            for job_id, ws in await _job_workspaces(session, (alice_job, carol_job))
+        ]
+        await monitoring.record_samples(session, [*old, *fresh])
+
+    too_many = await client.get("/api/v1/series", params={"name": "replica.memory_bytes"}, headers=admin.headers)
+    assert too_many.status_code == 422
+    r = await client.get("/api/v1/series/latest", params={"name": ["replica.memory_bytes"]}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+    assert sorted(v["job_id"] for v in r.json()) == sorted([alice_job, carol_job])  # the 1,001 old ones are stale
+    mine = await client.get(
+        "/api/v1/series/latest",
+        params={"name": ["replica.memory_bytes", "node.cpu_utilization"], "max_age_s": 3600},
+        headers=alice.headers,
+    )
+    assert [(v["name"], v["job_id"], v["value"]) for v in mine.json()] == [
+        ("node.cpu_utilization", None, 0.9),
+        ("replica.memory_bytes", alice_job, 2.0**20),
+    ]
+    assert (await client.get("/api/v1/series/latest", headers=alice.headers)).status_code == 422
+
+
+async def _job_workspaces(session: AsyncSession, job_ids: tuple[int, ...]) -> list[tuple[int, int]]:
+    out = []
+    for job_id in job_ids:
+        job = await session.get(Job, job_id)
+        assert job is not None
+        out.append((job_id, job.workspace_id))
+    return out

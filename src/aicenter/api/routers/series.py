@@ -11,7 +11,7 @@ from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, ReadSession
 from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES
-from aicenter.api.schemas.series import SeriesNamesOut, SeriesOut
+from aicenter.api.schemas.series import LatestValueOut, SeriesNamesOut, SeriesOut
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import ValidationFailed
 from aicenter.services import monitoring
@@ -81,3 +81,26 @@ async def get_series_names(
     return SeriesNamesOut(
         names=await monitoring.series_names(session, actor, job_id=job_id, node_id=node_id, prefix=prefix)
     )
+
+
+@router.get("/latest", openapi_extra=access(Access.USER))
+async def get_latest_values(
+    actor: CurrentActor,
+    session: ReadSession,
+    name: Annotated[
+        list[str],
+        Query(min_length=1, max_length=20, description="Metric names (repeatable), e.g. node.cpu_utilization."),
+    ],
+    max_age_s: Annotated[
+        float, Query(gt=0, le=86400, description="Leave out series whose newest point is older than this.")
+    ] = 120.0,
+    job_id: Annotated[Id | None, Query(description="Only this job's series.")] = None,
+    node_id: Annotated[Id | None, Query(description="Only this node's series.")] = None,
+) -> list[LatestValueOut]:
+    """The newest point of every series named in `name` that reported within `max_age_s` (what `aicenter top`
+    shows): one index probe per series, with no limit on how many jobs ever ran. Members see cluster series and
+    their workspaces' job series; platform admins all."""
+    values = await monitoring.latest_values(
+        session, actor, names=name, job_id=job_id, node_id=node_id, max_age_s=max_age_s
+    )
+    return [LatestValueOut.model_validate(v) for v in values]

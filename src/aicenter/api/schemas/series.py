@@ -52,3 +52,13 @@ class SeriesOut(Schema):
 
 class SeriesNamesOut(Schema):
     names: list[str] = Field(description="Names of the series the caller may see, sorted.")
+
+
+class LatestValueOut(Schema):
+    name: str
+    labels: dict[str, str] = Field(description="The series' labels.")
+    workspace_id: int | None = Field(description="The workspace of a job's series; null for cluster series.")
+    job_id: int | None
+    node_id: int | None
+    at: datetime = Field(description="When the newest point was taken (UTC).")
+    value: float
