@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from aicenter import __version__
+from aicenter.api.deps import SESSION_COOKIE
 from aicenter.api.errors import install_error_handlers
 from aicenter.api.metrics import HttpMetricsMiddleware, Metrics
 from aicenter.api.metrics import router as metrics_router
@@ -34,6 +35,7 @@ from aicenter.db import migrate
 from aicenter.db.engine import Database
 from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor, unsandboxed_reason
+from aicenter.gateway.notebooks import NotebookGateway
 from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
@@ -196,6 +198,7 @@ def create_app(
             yield
         finally:
             await app.state.metrics.platform.close()
+            await app.state.notebook_gateway.close()
             for controller in controllers:
                 await controller.stop()
             for executor in ctx.executors.values():
@@ -212,6 +215,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.notebook_gateway = NotebookGateway(db, ctx.secret_key, session_cookie=SESSION_COOKIE)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -332,6 +332,39 @@ class Settings(BaseSettings):
         "appear are registered, nodes the engine reports down or gone become not_ready.",
     )
 
+    notebook_idle_timeout_s: int = Field(
+        default=3600,
+        ge=0,
+        description="Notebooks idle this long are stopped (culled; their work dir is kept), unless their workspace "
+        "or the notebook sets its own. Idle: no kernel busy, no terminal, SSH or browser input, no GPU use. 0: never.",
+    )
+    notebook_idle_warning_s: int = Field(
+        default=600,
+        ge=0,
+        description="How long before a cull the notebook's owner is warned (an event and a banner on its page).",
+    )
+    notebook_cull_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the idle culler looks at every running notebook (one status read each).",
+    )
+    ssh_host: str | None = Field(
+        default=None,
+        description="Address the SSH gateway listens on (ssh, sftp, VS Code and PyCharm reach notebooks through "
+        "it). Default: the API's host.",
+    )
+    ssh_port: int = Field(
+        default=2222,
+        ge=-1,
+        le=65535,
+        description="Port of the SSH gateway; 0: any free port (tests); -1: no SSH gateway.",
+    )
+    ssh_public_host: str | None = Field(
+        default=None,
+        description="Host name users' SSH clients connect to (printed by `aicenter notebook ssh-config`). Default: "
+        "the public URL's host, else the SSH gateway's address.",
+    )
+
     @field_validator("executor")
     @classmethod
     def _check_executors(cls, value: str) -> str:

@@ -142,6 +142,11 @@ class ReplicaPlan:
         memory_bytes: The memory limit of the replica's whole process tree; 0 means none.
         python_bin: A virtual environment's ``bin/`` put first on ``PATH``, or None.
         workspace_id: The job's workspace; a sandboxed replica of a root server runs as that workspace's uid.
+        read_write: More host paths the sandbox binds read-write (a notebook's work dir and activity file).
+        published: Ports the replica listens on that the platform reaches from outside its sandbox (a notebook's
+            JupyterLab and SSH agent). Inside a job network namespace the replica listens on 127.0.0.1 and the
+            launcher publishes each port on ``publish_host``; on the host's network it listens there itself.
+        publish_host: The node's address that the platform's proxy and SSH gateway connect to.
     """
 
     job_id: int
@@ -159,6 +164,9 @@ class ReplicaPlan:
     memory_bytes: int = 0
     python_bin: Path | None = None
     workspace_id: int | None = None
+    read_write: tuple[Path, ...] = ()
+    published: tuple[int, ...] = ()
+    publish_host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)

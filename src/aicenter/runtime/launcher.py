@@ -85,7 +85,7 @@ INHERITED_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPD
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Plan variables that are credentials: the launcher reads them and rewrites plan.json without them, so the
 # token lives on only in the replica's environment, not in a file at rest.
-SECRET_VARIABLES = ("AICENTER_TOKEN",)
+SECRET_VARIABLES = ("AICENTER_TOKEN", "AICENTER_NOTEBOOK_TOKEN")
 MEMORY_SAMPLE_S = 0.5
 # A line longer than this without a newline (a progress bar redrawn with \r) is written out as it is, so one
 # endless line cannot hold the launcher's memory.

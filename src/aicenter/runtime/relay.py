@@ -18,12 +18,14 @@ Threads: one accepting, two per connection (one per direction); a job makes few 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 
-__all__ = ["CONNECT_TIMEOUT_S", "Relay", "relay_target"]
+__all__ = ["CONNECT_TIMEOUT_S", "Relay", "listen_on", "relay_target"]
 
 CHUNK = 64 * 1024
+_CLONE_NEWNET = 0x40000000
 CONNECT_TIMEOUT_S = 10.0
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Addresses a server listens on that mean "every interface": it is reached from this host through loopback.
@@ -80,9 +82,12 @@ class Relay:
         upstream: The API's ``(host, port)``, connected to from the caller's network namespace.
     """
 
-    def __init__(self, listen_fd: int, upstream: tuple[str, int]) -> None:
+    def __init__(self, listen_fd: int, upstream: tuple[str, int], *, upstream_netns: str | None = None) -> None:
         self._listener = socket.socket(fileno=listen_fd)
         self._upstream = upstream
+        # Publishing a port of the job's namespace on the node: each connection's thread joins the namespace
+        # (``setns`` changes only that thread, which ends with the connection) before it connects upstream.
+        self._netns_fd = None if upstream_netns is None else os.open(upstream_netns, os.O_RDONLY | os.O_CLOEXEC)
         self._open = 0
         self._idle = threading.Condition()
 
@@ -101,6 +106,8 @@ class Relay:
     def _relay(self, conn: socket.socket) -> None:
         try:
             try:
+                if self._netns_fd is not None:
+                    _join_netns(self._netns_fd)
                 upstream = socket.create_connection(self._upstream, timeout=CONNECT_TIMEOUT_S)
             except OSError:
                 return  # the job sees its connection closed, as when the server is down
@@ -125,4 +132,33 @@ class Relay:
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone would not
         with self._idle:
-            return self._idle.wait_for(lambda: self._open == 0, drain_s)
+            drained = self._idle.wait_for(lambda: self._open == 0, drain_s)
+        if self._netns_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._netns_fd)
+            self._netns_fd = None
+        return drained
+
+
+def _join_netns(fd: int) -> None:
+    """Move the calling thread into the network namespace of ``fd`` (needs CAP_SYS_ADMIN: the launcher is root)."""
+    import ctypes  # lazy: only published ports need it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, _CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns: {os.strerror(errno)}")
+
+
+def listen_on(host: str, port: int) -> int:
+    """A TCP socket listening on ``(host, port)`` in the caller's network namespace, as an fd for ``Relay``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach()

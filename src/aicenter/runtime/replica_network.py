@@ -44,12 +44,30 @@ class ReplicaNetwork:
         self.relay: Any = None
         self.serving = False
         self.ready = threading.Event()
+        self.published = [(str(h), int(p)) for h, p in sandbox.get("published") or ()]
+        self.publishers: list[Any] = []
 
     def start(self) -> None:
         """Serve the relay in a thread, which also pays for its imports (socket: ~2 ms), off the launch path."""
         if self.api_fd is not None and self.upstream is not None:
             self.serving = True
             threading.Thread(target=self._serve, name="relay", daemon=True).start()
+        if self.published and self.netns:
+            threading.Thread(target=self._publish, name="publish", daemon=True).start()
+
+    def _publish(self) -> None:
+        """Listen on each published ``(host, port)`` of the node and relay it into the namespace's 127.0.0.1."""
+        from aicenter.runtime.relay import Relay, listen_on
+
+        assert self.netns is not None
+        for host, port in self.published:
+            try:
+                relay = Relay(listen_on(host, port), ("127.0.0.1", port), upstream_netns=self.netns)
+            except OSError as exc:  # the replica runs on; the platform reports its port unreachable
+                self.log("ERROR", f"cannot publish port {port} on {host}: {exc}")
+                continue
+            self.publishers.append(relay)
+            threading.Thread(target=relay.serve, name="publish", daemon=True).start()
 
     def _serve(self) -> None:
         from aicenter.runtime.relay import Relay
@@ -64,6 +82,8 @@ class ReplicaNetwork:
 
     def close(self) -> None:
         """Stop the relay, drop this replica's share of the namespace, and remove it if nobody else holds it."""
+        for publisher in self.publishers:  # the command ended: nothing listens behind them any more
+            publisher.close(0.0)
         if self.api_fd is not None:
             if self.serving and self.ready.wait(RELAY_DRAIN_S) and self.relay is not None:
                 if not self.relay.close(RELAY_DRAIN_S):

@@ -112,6 +112,9 @@ class SandboxSpec(NamedTuple):
         netns: The network namespace the sandbox runs in (its file, ``/run/netns/<name>``); None keeps the
             caller's network. bwrap itself never unshares the network: the job's replicas share this one.
         api_upstream: The API's ``(host, port)`` that the launcher relays the namespace's API socket to.
+        published: ``(host, port)`` pairs the launcher listens on in the node's network and relays into the
+            namespace's 127.0.0.1 at the same port: a notebook's JupyterLab and SSH agent, reached by the
+            platform's proxy and SSH gateway (``aicenter.runtime.replica_network``).
     """
 
     read_only: tuple[str, ...] = ()
@@ -125,6 +128,7 @@ class SandboxSpec(NamedTuple):
     etc: tuple[str, ...] = ETC_FILES
     netns: str | None = None
     api_upstream: tuple[str, int] | None = None
+    published: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object for the launcher's plan."""
@@ -140,6 +144,7 @@ class SandboxSpec(NamedTuple):
             "etc": list(self.etc),
             "netns": self.netns,
             "api_upstream": None if self.api_upstream is None else list(self.api_upstream),
+            "published": [list(p) for p in self.published],
         }
 
     @classmethod
@@ -159,6 +164,7 @@ class SandboxSpec(NamedTuple):
             etc=tuple(str(p) for p in data.get("etc") or ETC_FILES),
             netns=None if netns is None else str(netns),
             api_upstream=None if not upstream else (str(upstream[0]), int(upstream[1])),
+            published=tuple((str(h), int(p)) for h, p in data.get("published") or ()),
         )
 
 

@@ -12,6 +12,8 @@ from aicenter.api.routers import (
     job_metrics,
     jobs,
     nodes,
+    notebook_proxy,
+    notebooks,
     pools,
     series,
     specs,
@@ -37,6 +39,8 @@ ROUTERS: list[APIRouter] = [
     jobs.router,
     job_metrics.router,
     jobs.templates_router,
+    notebooks.router,
     series.router,
     alerts.router,
+    notebook_proxy.router,
 ]

@@ -17,14 +17,15 @@ from aicenter.config import Settings
 from aicenter.controllers import engine_nodes
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError
-from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
+from aicenter.core.jobs import FailureReason, JobKind, JobStatus, ReplicaStatus
 from aicenter.core.jobs.reconcile import Actions, Intent, Launch, Observations, Outcome
 from aicenter.db.engine import Database
 from aicenter.executors.base import NODE_LOST_REASON, Executor, LaunchFailed, ReplicaHandle, ReplicaState
 from aicenter.executors.base import ReplicaStatus as Observed
 from aicenter.runtime.env import ports_needed
-from aicenter.services import catalog
+from aicenter.services import catalog, notebooks
 from aicenter.services.jobs import (
+    NOTEBOOK_PORTS,
     ImageNotReady,
     JobState,
     final_metrics,
@@ -89,6 +90,13 @@ class Hands:
         self.store = store
         self.settings = settings
         self.executors = executors
+        self._key: str | None = None
+
+    def _secret_key(self) -> str:
+        """The server's signing key, which derives notebook tokens (read once: it may live in a file)."""
+        if self._key is None:
+            self._key = self.settings.resolve_secret_key()
+        return self._key
 
     def _executor(self, name: str) -> Executor:
         executor = self.executors.get(name)
@@ -147,12 +155,16 @@ class Hands:
             async with self.db.read() as session:
                 content = await load_content(session, info.algorithm_version_id, list(info.dataset_version_ids))
                 await python_bin(session, self.store, info.spec.image, info.image_version_id)  # built and ready?
-            await materialize(self.store, dirs, content)
+            notebook = info.spec.kind is JobKind.NOTEBOOK
+            await materialize(self.store, dirs, content, writable_code=notebook)
+            if notebook:
+                await notebooks.prepare_state(self.db, dirs.notebook, info.user_id)
+            wanted = ports_needed(info.spec.framework.value) + (NOTEBOOK_PORTS if notebook else 0)
             intents: dict[int, Intent] = {}
             for r in state.replicas.values():
                 node = info.nodes.get(r.node)
                 name = node.executor if node is not None else "local"
-                ports = await self._executor(name).allocate_ports(r.node, ports_needed(info.spec.framework.value))
+                ports = await self._executor(name).allocate_ports(r.node, wanted)
                 handle = ReplicaHandle(
                     executor=name,
                     node=r.node,
@@ -197,6 +209,7 @@ class Hands:
                 jobs_path=self.settings.jobs_path,
                 api_url=self.settings.api_url,
                 token=api_token,
+                secret_key=self._secret_key(),
             )
         except (ImageNotReady, ValueError, KeyError) as exc:
             return {i: Launch(None, f"could not plan the replica: {exc}") for i in ids}

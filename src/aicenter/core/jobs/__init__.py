@@ -15,6 +15,7 @@ from aicenter.core.jobs.accounting import (
 from aicenter.core.jobs.lifecycle import (
     ACTIVE_STATUSES,
     REPLICA_TRANSITIONS,
+    RESUMABLE,
     TRANSITIONS,
     FailureReason,
     JobStatus,
@@ -38,6 +39,8 @@ from aicenter.core.jobs.retry import (
 )
 from aicenter.core.jobs.spec import (
     MPI_LAUNCHER,
+    NOTEBOOK_COMMAND,
+    NOTEBOOK_TASK,
     PRIORITY_VALUES,
     TENSORFLOW_TASKS,
     Framework,
@@ -56,8 +59,11 @@ __all__ = [
     "FREE_RESTARTS",
     "MPI_LAUNCHER",
     "NEVER_RESTART",
+    "NOTEBOOK_COMMAND",
+    "NOTEBOOK_TASK",
     "PRIORITY_VALUES",
     "REPLICA_TRANSITIONS",
+    "RESUMABLE",
     "RETRYABLE",
     "TENSORFLOW_TASKS",
     "TRANSITIONS",

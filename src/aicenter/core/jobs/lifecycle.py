@@ -58,6 +58,11 @@ TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
 }
 """Status -> the statuses it may change to. Finished statuses are terminal."""
 
+RESUMABLE: frozenset[JobStatus] = frozenset({_S.STOPPED, _S.FAILED})
+"""The finished statuses a notebook may leave again: ``start`` queues a stopped (or failed: its node was lost)
+notebook as its next attempt, with the same work dir. Only notebooks: a training job that ended is final, and
+running it again is a new job (``resubmit``)."""
+
 ACTIVE_STATUSES: frozenset[JobStatus] = frozenset(s for s in JobStatus if not s.is_finished())
 """Unfinished statuses (what "my running jobs" and quota accounting look at)."""
 
@@ -171,15 +176,17 @@ def stop_reason(requested: bool, requested_by: int | None, failure_reason: str |
     return FailureReason.STOPPED
 
 
-def check_transition(current: JobStatus, new: JobStatus) -> None:
+def check_transition(current: JobStatus, new: JobStatus, *, resumable: bool = False) -> None:
     """Raise unless a job may change from ``current`` to ``new``.
+
+    ``resumable`` (a notebook) also allows ``RESUMABLE`` -> queued.
 
     Raises:
         InvalidTransition: Code ``invalid_transition`` (HTTP 409); ``details`` holds ``from``, ``to`` and
             ``allowed``.
     """
     allowed = TRANSITIONS[current]
-    if new in allowed:
+    if new in allowed or (resumable and current in RESUMABLE and new == JobStatus.QUEUED):
         return
     if current.is_finished():
         text = f'the job is {current.value}, which is final; it cannot become "{new.value}"'
@@ -223,9 +230,10 @@ def transition(
     actor_name: str = "system",
     reason: str | None = None,
     message: str = "",
+    resumable: bool = False,
 ) -> StatusChange:
     """Check a status change and describe it as an event. ``current=None`` creates a job, which must start
-    ``pending`` (or ``queued`` when there is nothing to resolve).
+    ``pending`` (or ``queued`` when there is nothing to resolve). ``resumable``: see ``check_transition``.
 
     Raises:
         InvalidTransition: The table does not allow it.
@@ -237,5 +245,5 @@ def transition(
                 details={"from": None, "to": new.value, "allowed": ["pending", "queued"]},
             )
     else:
-        check_transition(current, new)
+        check_transition(current, new, resumable=resumable)
     return StatusChange(current, new, at, actor_id, actor_name, reason, message)

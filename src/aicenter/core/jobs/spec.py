@@ -67,6 +67,10 @@ def priority_value(priority: Priority) -> int:
 
 
 TENSORFLOW_TASKS = ("chief", "worker", "ps", "evaluator")
+NOTEBOOK_TASK = "notebook"
+NOTEBOOK_COMMAND = "aicenter-notebook"
+"""What a notebook's stored spec says it runs: the platform's JupyterLab and SSH agent (``aicenter.runtime.notebook``),
+started by the plan, never by a command the user wrote."""
 MPI_LAUNCHER = "launcher"
 MAX_TASKS = 16
 MAX_REPLICAS = 1024
@@ -376,6 +380,8 @@ class JobSpec(SpecModel):
                 fail(f'duplicate task name "{task.name}" (also tasks[{seen[task.name]}])', at=f"tasks[{i}].name")
             seen[task.name] = i
         _framework_rules(self.framework, self.tasks)
+        if self.kind is JobKind.NOTEBOOK:
+            _notebook_rules(self)
         return self
 
     def normalized(self) -> dict[str, Any]:
@@ -430,6 +436,20 @@ def _framework_rules(framework: Framework, tasks: list[TaskSpec]) -> None:
         for i, task in enumerate(tasks):
             if task.name == "master" and (i != 0 or task.replicas != 1):
                 fail('a pytorch "master" task is the first task, with 1 replica (it is rank 0)', at=f"tasks[{i}]")
+
+
+def _notebook_rules(spec: JobSpec) -> None:
+    """A notebook is one replica of the platform's JupyterLab: one task, named ``notebook``, no framework."""
+    if len(spec.tasks) != 1 or spec.tasks[0].name != NOTEBOOK_TASK:
+        fail(f'a notebook has one task, named "{NOTEBOOK_TASK}"', at="tasks")
+    if spec.tasks[0].replicas != 1:
+        fail("a notebook runs as 1 replica", at="tasks[0].replicas")
+    if spec.tasks[0].command != NOTEBOOK_COMMAND:
+        fail(f'a notebook runs JupyterLab: its command is "{NOTEBOOK_COMMAND}"', at="tasks[0].command")
+    if spec.framework is not Framework.NONE:
+        fail("a notebook has no framework", at="framework")
+    if spec.output_model is not None:
+        fail("a notebook saves its work dir as an algorithm version, not an output model", at="output_model")
 
 
 def parse_job_spec(source: str | Mapping[str, Any]) -> JobSpec:

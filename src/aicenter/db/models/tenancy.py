@@ -36,6 +36,8 @@ class Workspace(IdMixin, TimestampMixin, Base):
     storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     # Whether platform admins may read the logs of this workspace's jobs (user output); its admins decide.
     admins_read_logs: Mapped[bool] = mapped_column(default=False)
+    # Notebooks idle this long are culled (stopped); None: the platform's default, 0: never.
+    notebook_idle_timeout_s: Mapped[int | None] = mapped_column(default=None)
     created_by_id: Mapped[int | None] = mapped_column(
         BigIntId, ForeignKey("users.id", ondelete="SET NULL"), default=None
     )

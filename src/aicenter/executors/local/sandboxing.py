@@ -108,13 +108,15 @@ def sandbox_spec(plan: ReplicaPlan, run_dir: Path, *, bwrap: str, uid_base: int 
     if plan.python_bin is not None:
         read_only += _venv_paths(Path(plan.python_bin))
     read_write = [plan.env[v] for v in _READ_WRITE_VARIABLES if plan.env.get(v)]
+    read_write += [str(p) for p in plan.read_write]
     read_write.append(str(run_dir / METRICS_FILE))
     devices: list[str] = []
     if plan.devices:
         devices = [f"/dev/nvidia{d}" for d in plan.devices] + list(_NVIDIA_SHARED_NODES)
     uid = None if uid_base is None else uid_base + (plan.workspace_id or 0)
+    writable = set(read_write)  # a notebook's work dir is its code dir, and writable: not bound twice
     return SandboxSpec(
-        read_only=tuple(dict.fromkeys(p for p in read_only if os.path.exists(p))),
+        read_only=tuple(dict.fromkeys(p for p in read_only if os.path.exists(p) and p not in writable)),
         read_write=tuple(dict.fromkeys(read_write)),
         devices=tuple(devices),
         workdir=str(plan.workdir),
@@ -134,6 +136,8 @@ def prepare_writable(spec: SandboxSpec) -> None:
         if path.name == METRICS_FILE:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(exist_ok=True)
+        elif path.is_file():  # a file the plan made beforehand (a notebook's activity file)
+            pass
         else:
             path.mkdir(parents=True, exist_ok=True)
         if spec.uid is None or gid is None:
@@ -181,8 +185,9 @@ def isolate_network(
         api_server: The server's own listening address for the relay, or None to relay to ``AICENTER_API_URL``.
 
     Returns:
-        The spec with ``netns`` and ``api_upstream`` set, the variables that change (``AICENTER_API_URL`` now
-        names the relay inside the namespace), and the held namespace, whose fds go to the launcher and are then
+        The spec with ``netns``, ``api_upstream`` and ``published`` set, the variables that change
+        (``AICENTER_API_URL`` now names the relay inside the namespace; a notebook binds 127.0.0.1 there, its
+        ports published by the launcher), and the held namespace, whose fds go to the launcher and are then
         closed here.
 
     Raises:
@@ -197,4 +202,7 @@ def isolate_network(
     if api_url:
         upstream, env["AICENTER_API_URL"] = relay_target(api_url, api_server)
     held = netns.enter(netns.job_netns_name(scope, plan.job_id), None if upstream is None else upstream[1])
-    return spec._replace(netns=held.path, api_upstream=upstream), env, held
+    published = tuple((plan.publish_host, port) for port in plan.published)
+    if published:
+        env["AICENTER_NOTEBOOK_BIND"] = "127.0.0.1"
+    return spec._replace(netns=held.path, api_upstream=upstream, published=published), env, held

@@ -28,6 +28,7 @@ from aicenter.services.jobs._metrics import (
     read_job_metrics,
     report_stamp,
 )
+from aicenter.services.jobs._notebook_plan import ACTIVITY_FILE, NOTEBOOK_PORTS, notebook_base_url, notebook_token
 from aicenter.services.jobs._queries import (
     LogTarget,
     get_job,
@@ -49,6 +50,7 @@ from aicenter.services.jobs._reconcile import (
     apply_steps,
     claim_jobs,
     load_jobs,
+    publish_host,
     replica_plans,
 )
 from aicenter.services.jobs._replicas import change_replica
@@ -62,6 +64,7 @@ from aicenter.services.jobs._runtime import (
     load_content,
     materialize,
     python_bin,
+    remove_job_dir,
 )
 from aicenter.services.jobs._scheduling import (
     PENDING_REASON_MAX,
@@ -91,9 +94,11 @@ from aicenter.services.jobs._usage import replica_usage, versions_used_by_jobs
 from aicenter.services.jobs._views import JobView, TemplateView, job_views, template_views
 
 __all__ = [
+    "ACTIVITY_FILE",
     "DEFAULT_POINTS",
     "HOST_IMAGE",
     "MAX_POINTS",
+    "NOTEBOOK_PORTS",
     "PENDING_REASON_MAX",
     "SYSTEM",
     "Amounts",
@@ -148,12 +153,16 @@ __all__ = [
     "mark_preempted",
     "materialize",
     "metric_files",
+    "notebook_base_url",
+    "notebook_token",
     "place_job",
+    "publish_host",
     "python_bin",
     "read_job_metrics",
     "read_logs",
     "record_created",
     "register_usage",
+    "remove_job_dir",
     "replica_plans",
     "replica_usage",
     "report_stamp",

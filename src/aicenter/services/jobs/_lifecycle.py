@@ -20,7 +20,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from aicenter.core import jobs as core
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, Forbidden, InvalidTransition
-from aicenter.core.jobs import FailureReason, JobStatus, ReplicaStatus
+from aicenter.core.jobs import FailureReason, JobKind, JobStatus, ReplicaStatus
 from aicenter.core.jobs.reconcile import ReplicaChange
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import Job, JobEvent, Replica
@@ -133,6 +133,7 @@ async def transition(
         actor_name=actor_name,
         reason=reason or (failure_reason.value if failure_reason is not None else None),
         message=message,
+        resumable=job.kind == JobKind.NOTEBOOK.value,
     )
     values: dict[str, Any] = {"status": to.value, "updated_at": now}
     values.update(_time_columns(to, now))

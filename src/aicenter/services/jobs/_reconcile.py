@@ -38,6 +38,7 @@ from aicenter.events import notify_after_commit
 from aicenter.executors.base import ReplicaPlan
 from aicenter.services.context import Actor
 from aicenter.services.jobs._lifecycle import transition, transition_many
+from aicenter.services.jobs._notebook_plan import notebook_token
 from aicenter.services.jobs._replicas import change_replica
 from aicenter.services.jobs._runtime import PlannedReplica, build_plans, job_dirs, replica_host
 from aicenter.services.jobs._tokens import issue_job_token
@@ -413,6 +414,14 @@ async def apply_steps(session: AsyncSession, work: Sequence[Work], *, lease_ttl_
 # -- plans ------------------------------------------------------------------------------------------------------
 
 
+def publish_host(node: NodeRef | None) -> str:
+    """The address a replica's published ports listen on: loopback on the server's own host (the ``local``
+    executor: nothing beyond this host needs them), else the node's address, which the server reaches."""
+    if node is None or node.executor == "local" or not node.address:
+        return "127.0.0.1"
+    return node.address
+
+
 def replica_plans(
     state: JobState,
     replica_ids: Sequence[int],
@@ -421,11 +430,14 @@ def replica_plans(
     jobs_path: Path,
     api_url: str,
     token: str,
+    secret_key: str = "",
 ) -> dict[int, ReplicaPlan]:
     """The plans of the given replicas (which must have their intent recorded), from their rows.
 
     Every replica of the attempt takes part in the layout (ranks, the master's address), so a relaunch of one
     replica gets the same plan as the first launch: that is what lets it adopt a running process.
+
+    ``secret_key`` derives a notebook's JupyterLab token (``notebook_token``).
     """
     info = state.info
     replicas = sorted(state.replicas.values(), key=lambda r: (r.task, r.index))
@@ -458,6 +470,8 @@ def replica_plans(
         api_url=api_url,
         token=token,
         workspace_id=info.workspace_id,
+        notebook_token=notebook_token(secret_key, info.id, replicas[0].attempt) if replicas and secret_key else "",
+        publish_host=publish_host(info.nodes.get(replicas[0].node) if replicas else None),
     )
     by_key = {(p.task, p.replica): p for p in plans}
     wanted = set(replica_ids)

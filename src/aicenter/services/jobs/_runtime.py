@@ -9,6 +9,10 @@ Layout (one directory per job, shared by every attempt; ``settings.jobs_path``):
     <jobs>/<job id>/checkpoints          kept across restarts ($AICENTER_CHECKPOINT_DIR)
     <jobs>/<job id>/runs/<attempt>/<task>-<index>   the executor's run dir of one replica attempt
 
+A notebook has no read-only ``code``: its algorithm version is checked out once, as ordinary writable files, into
+``<jobs>/<job id>/work`` (its ``$AICENTER_CODE_DIR``, kept across stop and start), and its SSH agent's files live
+in ``<jobs>/<job id>/notebook`` (``services.notebooks``).
+
 Files come from the blob store by hard link (no copy, no extra space; blobs are read-only files), or by copy
 when the jobs directory is on another filesystem. Each read-only tree is built under a temporary name and
 renamed into place, so a tree that exists is complete: a reconciler that crashed half-way builds it again.
@@ -30,12 +34,13 @@ from pathlib import Path, PurePosixPath
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.core.jobs import JobSpec
+from aicenter.core.jobs import JobKind, JobSpec
 from aicenter.db.models import CatalogItem, CatalogVersion, ImageBuild, VersionFile
 from aicenter.executors.base import ReplicaPlan
 from aicenter.runtime.env import ReplicaAddress, framework_env, runtime_env
 from aicenter.runtime.jobpath import job_pythonpath, write_job_pythonpath
 from aicenter.services.catalog import env_dir
+from aicenter.services.jobs._notebook_plan import notebook_plan
 from aicenter.storage import BLOB_MODE, BlobStore
 
 log = logging.getLogger(__name__)
@@ -62,6 +67,16 @@ class JobDirs:
     data: Path
     output: Path
     checkpoints: Path
+
+    @property
+    def work(self) -> Path:
+        """A notebook's writable work dir (its code dir)."""
+        return self.root / "work"
+
+    @property
+    def notebook(self) -> Path:
+        """A notebook's state: the SSH agent's host key, authorized keys and activity file."""
+        return self.root / "notebook"
 
     def run_dir(self, attempt: int, task: str, index: int) -> Path:
         """The executor's directory for one replica attempt."""
@@ -182,10 +197,35 @@ def _build_tree(store: BlobStore, entries: Iterable[FileEntry], target: Path) ->
         raise
 
 
-def materialize_sync(store: BlobStore, dirs: JobDirs, content: Content) -> None:
-    """Create the job's directories (idempotent). Blocking file work: call it through ``materialize``."""
+def _check_out(store: BlobStore, entries: Iterable[FileEntry], target: Path) -> None:
+    """Copy files as the user's own, writable (a notebook's work dir), once: a work dir that exists is kept,
+    whatever the user did to it since. Built under a temporary name, then renamed, like the read-only trees."""
+    if target.exists():
+        return
+    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        for entry in entries:
+            dest = tmp / _safe_relative(entry.path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(store.path(entry.sha256), dest)
+            dest.chmod(0o755 if entry.mode & 0o111 else 0o644)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def materialize_sync(store: BlobStore, dirs: JobDirs, content: Content, *, writable_code: bool = False) -> None:
+    """Create the job's directories (idempotent). Blocking file work: call it through ``materialize``.
+
+    ``writable_code`` (a notebook): the algorithm's files go to the writable work dir instead of ``code``.
+    """
     dirs.root.mkdir(parents=True, exist_ok=True)
-    _build_tree(store, content.code, dirs.code)
+    if writable_code:
+        _check_out(store, content.code, dirs.work)
+    else:
+        _build_tree(store, content.code, dirs.code)
     if not dirs.data.exists():
         tmp = dirs.data.with_name(f".data.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir()
@@ -204,9 +244,9 @@ def materialize_sync(store: BlobStore, dirs: JobDirs, content: Content) -> None:
     write_job_pythonpath(dirs.root.parent)  # for jobs in venv images: see ``build_plans``
 
 
-async def materialize(store: BlobStore, dirs: JobDirs, content: Content) -> None:
+async def materialize(store: BlobStore, dirs: JobDirs, content: Content, *, writable_code: bool = False) -> None:
     """``materialize_sync`` off the event loop (hard links are cheap, copies are not)."""
-    await asyncio.to_thread(materialize_sync, store, dirs, content)
+    await asyncio.to_thread(materialize_sync, store, dirs, content, writable_code=writable_code)
 
 
 def remove_job_dir(dirs: JobDirs) -> None:
@@ -269,12 +309,17 @@ def build_plans(
     api_url: str,
     token: str = "",
     workspace_id: int | None = None,
+    notebook_token: str = "",
+    publish_host: str = "127.0.0.1",
 ) -> list[ReplicaPlan]:
     """The plan of every replica, in rank order (tasks in spec order, then index). Pure: the same rows give the
     same plans, which is what lets a reconciler that restarted adopt replicas launched before it crashed.
 
     The environment is the spec's (job, then task) overlaid by aicenter's runtime variables and the framework's:
     a job cannot override ``AICENTER_*``, ``RANK``, ``MASTER_PORT`` and the like.
+
+    A notebook's plan runs the platform's JupyterLab in its writable work dir (``_notebook_plan``), with
+    ``notebook_token`` and its ports published on ``publish_host``.
 
     A job whose Python is not the server's (a venv image) gets the job-side helpers (``aicenter.runtime``) at
     the end of its ``PYTHONPATH`` (see ``aicenter.runtime.jobpath``; ``materialize`` writes them); the server's
@@ -305,25 +350,33 @@ def build_plans(
         env.update(framework_env(spec.framework.value, layout, rank))
         if extra_path is not None:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), extra_path) if p)
-        plans.append(
-            ReplicaPlan(
-                job_id=job_id,
-                task=replica.task,
-                replica=replica.index,
-                attempt=replica.attempt,
-                node=replica.node,
-                command=task.command,
-                env=env,
-                run_dir=replica.run_dir,
-                workdir=dirs.code,
-                devices=replica.devices,
-                cpus=replica.cpus,
-                cpu_milli=replica.cpu_milli,
-                memory_bytes=replica.memory_bytes,
-                python_bin=python,
-                workspace_id=workspace_id,
-            )
+        plan = ReplicaPlan(
+            job_id=job_id,
+            task=replica.task,
+            replica=replica.index,
+            attempt=replica.attempt,
+            node=replica.node,
+            command=task.command,
+            env=env,
+            run_dir=replica.run_dir,
+            workdir=dirs.code,
+            devices=replica.devices,
+            cpus=replica.cpus,
+            cpu_milli=replica.cpu_milli,
+            memory_bytes=replica.memory_bytes,
+            python_bin=python,
+            workspace_id=workspace_id,
         )
+        if spec.kind is JobKind.NOTEBOOK:
+            plan = notebook_plan(
+                plan,
+                work=dirs.work,
+                state=dirs.notebook,
+                ports=replica.ports,
+                token=notebook_token,
+                publish_host=publish_host,
+            )
+        plans.append(plan)
     return plans
 
 

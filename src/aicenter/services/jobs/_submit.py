@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core import jobs as core
 from aicenter.core.catalog import ItemKind, VersionState
 from aicenter.core.errors import Conflict, Forbidden, NotFound, QuotaExceeded, ValidationFailed
-from aicenter.core.jobs import JobSpec, JobStatus, ReplicaStatus, ResourceRequest
+from aicenter.core.jobs import JobKind, JobSpec, JobStatus, ReplicaStatus, ResourceRequest
 from aicenter.core.pools import DEFAULT_POOL
 from aicenter.core.quantity import format_cpu, format_memory
 from aicenter.db.models import (
@@ -313,6 +313,7 @@ async def submit_job(
     overrides: Sequence[str] = (),
     workspace_id: int | None = None,
     template_id: int | None = None,
+    notebook: bool = False,
 ) -> JobView:
     """Submit a job: it is created ``pending``, then ``queued`` once every reference is resolved.
 
@@ -321,6 +322,8 @@ async def submit_job(
         overrides: ``PATH=VALUE`` changes applied before parsing (``tasks[0].replicas=4``).
         workspace_id: The workspace; else the spec's ``workspace``; else the actor's default workspace.
         template_id: The template it came from (recorded in the audit log).
+        notebook: The notebooks service creating a notebook: only then is kind ``notebook`` accepted (a notebook
+            needs its own row and files, which ``services.notebooks.create_notebook`` makes).
 
     Raises:
         ValidationFailed: A malformed spec or override, an unknown or unusable spec name or accelerator type, a
@@ -332,6 +335,12 @@ async def submit_job(
         QuotaExceeded: The job is larger than the workspace's quota maximum in its pool.
     """
     spec = load_spec(spec_source, overrides)
+    if (spec.kind is JobKind.NOTEBOOK) != notebook:
+        if notebook:
+            raise ValidationFailed("a notebook's spec has kind notebook", field="kind")
+        raise ValidationFailed(
+            "notebooks are created with POST /api/v1/notebooks (aicenter notebook create), not as jobs", field="kind"
+        )
     workspace = await resolve_workspace(session, actor, spec.workspace, workspace_id)
 
     image_id = None
@@ -408,7 +417,8 @@ async def submit_job(
     details: dict[str, Any] = {"name": job.name, "pool": pool.name, "replicas": spec.replica_count}
     if template_id is not None:
         details["template_id"] = template_id
-    audit.record(session, actor, "job.submit", "job", job.id, workspace_id=workspace.id, details=details)
+    action = "notebook.create" if notebook else "job.submit"
+    audit.record(session, actor, action, "job", job.id, workspace_id=workspace.id, details=details)
     notify_after_commit(session)  # the scheduler of this process looks at once, not at its next tick
     return (await job_views(session, [job]))[0]
 

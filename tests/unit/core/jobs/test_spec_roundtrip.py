@@ -78,7 +78,7 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         st.lists(st.builds(lambda n, v: f"{n}:{v}", names, versions), max_size=3, unique_by=lambda r: r.split(":")[0])
     )
     doc: dict[str, Any] = {
-        "kind": draw(st.sampled_from(["train", "notebook", "trial"])),
+        "kind": draw(st.sampled_from(["train", "trial"])),
         "name": draw(names),
         "image": draw(st.one_of(st.just("host"), refs)),
         "datasets": datasets,

@@ -1,0 +1,138 @@
+"""Notebooks (debug environments): create, list, get, stop, start, save, delete, train-from-here.
+
+A notebook is a job: its logs, replicas, metrics and force-stop are the job's (``/api/v1/jobs/{id}/...``).
+JupyterLab itself is served under ``/notebooks/{id}/`` (``notebook_proxy.py``), to its owner only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, status
+
+from aicenter.api.access import Access, access
+from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
+from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.api.schemas.notebooks import (
+    NotebookCreate,
+    NotebookDetail,
+    NotebookOut,
+    NotebookSave,
+    NotebookUpdate,
+    SavedOut,
+    TrainSpecOut,
+)
+from aicenter.services import notebooks
+
+router = APIRouter(prefix="/api/v1/notebooks", tags=["notebooks"], responses=ERROR_RESPONSES)
+
+
+def _forget(request: Request, job_id: int) -> None:
+    """This process's proxy drops its cached address at once (others within their cache time, ~2 s)."""
+    gateway = getattr(request.app.state, "notebook_gateway", None)
+    if gateway is not None:
+        gateway.forget(job_id)
+
+
+async def _one(ctx: Ctx, actor: CurrentActor, session: ReadSession | WriteSession, job_id: int) -> NotebookDetail:
+    view = await notebooks.get_notebook(session, actor, job_id, default_idle_s=ctx.settings.notebook_idle_timeout_s)
+    return NotebookDetail.from_view(view)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+async def create_notebook(body: NotebookCreate, ctx: Ctx, actor: CurrentActor, session: WriteSession) -> NotebookDetail:
+    """Create a notebook and queue it: JupyterLab with the image's Python, the algorithm checked out writable
+    into its work dir, datasets read-only. Refused (4xx naming the field) like a job that could never run."""
+    job_id = await notebooks.create_notebook(session, actor, body.spec, workspace_id=body.workspace_id)
+    return await _one(ctx, actor, session, job_id)
+
+
+@router.get("", openapi_extra=access(Access.USER))
+async def list_notebooks(
+    ctx: Ctx,
+    actor: CurrentActor,
+    session: ReadSession,
+    paging: Paging,
+    workspace_id: Id | None = None,
+    status_: Annotated[
+        str | None, Query(alias="status", description="A status, or several separated by commas.")
+    ] = None,
+    user: Annotated[str | None, Query(description="A user name.")] = None,
+    name: Annotated[str | None, Query(description="Only notebooks of this name.")] = None,
+) -> Page[NotebookOut]:
+    """Notebooks of your workspaces, newest first (platform admins: every workspace's)."""
+    page = await notebooks.list_notebooks(
+        session,
+        actor,
+        default_idle_s=ctx.settings.notebook_idle_timeout_s,
+        workspace_id=workspace_id,
+        status=status_,
+        user=user,
+        name=name,
+        limit=paging.limit,
+        cursor=paging.cursor,
+    )
+    return Page(items=[NotebookOut.from_view(v) for v in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/{job_id}", openapi_extra=access(Access.USER))
+async def get_notebook(job_id: Id, ctx: Ctx, actor: CurrentActor, session: ReadSession) -> NotebookDetail:
+    """The notebook with its idle state, replicas and status events."""
+    return await _one(ctx, actor, session, job_id)
+
+
+@router.patch("/{job_id}", openapi_extra=access(Access.USER))
+async def update_notebook(
+    job_id: Id, body: NotebookUpdate, ctx: Ctx, actor: CurrentActor, session: WriteSession
+) -> NotebookDetail:
+    """Change its idle timeout (its owner and the workspace's admins)."""
+    await notebooks.set_idle_timeout(session, actor, job_id, body.idle_timeout_s)
+    return await _one(ctx, actor, session, job_id)
+
+
+@router.post("/{job_id}/stop", openapi_extra=access(Access.USER))
+async def stop_notebook(
+    job_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
+) -> NotebookDetail:
+    """Stop it (its owner or a workspace admin): its resources are released, its work dir is kept."""
+    await notebooks.stop_notebook(session, actor, job_id)
+    _forget(request, job_id)
+    return await _one(ctx, actor, session, job_id)
+
+
+@router.post("/{job_id}/start", openapi_extra=access(Access.USER))
+async def start_notebook(
+    job_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
+) -> NotebookDetail:
+    """Start a stopped (or failed) notebook again (its owner): rescheduled, with the same work dir."""
+    await notebooks.start_notebook(session, actor, job_id)
+    _forget(request, job_id)
+    return await _one(ctx, actor, session, job_id)
+
+
+@router.post("/{job_id}/save", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+async def save_notebook(job_id: Id, body: NotebookSave, ctx: Ctx, actor: CurrentActor) -> SavedOut:
+    """Save the running notebook's work dir as a new version of an algorithm (its owner)."""
+    saved = await notebooks.save_notebook(
+        ctx.db,
+        ctx.store,
+        actor,
+        job_id,
+        jobs_path=ctx.settings.jobs_path,
+        algorithm=body.algorithm,
+        description=body.description,
+    )
+    return SavedOut(version_id=saved.version.id, reference=saved.reference, skipped_links=saved.skipped_links)
+
+
+@router.get("/{job_id}/train-spec", openapi_extra=access(Access.USER))
+async def train_spec(job_id: Id, actor: CurrentActor, session: ReadSession) -> TrainSpecOut:
+    """A training job spec prefilled from the notebook (its latest saved version, image, datasets, resources)."""
+    return TrainSpecOut(spec=await notebooks.train_spec(session, actor, job_id))
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
+async def delete_notebook(job_id: Id, ctx: Ctx, actor: CurrentActor, session: WriteSession) -> None:
+    """Delete a stopped notebook with its work dir (409 while it runs; save it first)."""
+    await notebooks.delete_notebook(session, actor, job_id, ctx.settings.jobs_path)

@@ -1,0 +1,1 @@
+"""Data planes: the notebook proxy (HTTP + WebSocket) and the SSH gateway. No database access per request."""
