@@ -15,6 +15,7 @@ from aicenter.api.routers import (
     pools,
     series,
     specs,
+    ssh_keys,
     storage,
     uploads,
     users,
@@ -24,6 +25,7 @@ from aicenter.api.routers import (
 ROUTERS: list[APIRouter] = [
     health.router,
     auth.router,
+    ssh_keys.router,
     users.router,
     workspaces.router,
     audit.router,

@@ -7,6 +7,7 @@ from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant,
 from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
 from aicenter.db.models.lease import Lease
 from aicenter.db.models.monitoring import MetricIngestCursor, MetricPoint, MetricRollup, MetricSeries
+from aicenter.db.models.ssh_keys import SshKey
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Replica",
     "ResourceSpec",
     "Silence",
+    "SshKey",
     "UploadSession",
     "User",
     "VersionFile",
