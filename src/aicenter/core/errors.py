@@ -126,3 +126,9 @@ class UnknownSeries(NotFound):
     """No series of that name (among those the caller may see) matches the filters."""
 
     code = "unknown_series"
+
+
+class SshKeyInvalid(ValidationFailed):
+    """A public key that does not parse, is a private key, or is of a refused type or size (DSA, RSA < 2048)."""
+
+    code = "ssh_key_invalid"

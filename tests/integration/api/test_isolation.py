@@ -33,6 +33,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import httpx
 import pytest
 import pytest_asyncio
@@ -54,7 +55,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import alerts, auth, catalog, jobs, monitoring, tenancy
+from aicenter.services import alerts, auth, catalog, jobs, monitoring, ssh_keys, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.monitoring import Sample
 from tests.support.settings import make_settings
@@ -156,6 +157,7 @@ class World:
     # --- alerts ---
     alert_ids: dict[str, int] = field(default_factory=dict)  # rule, silence, channel of A (alice's)
     # --- end alerts ---
+    ssh_key_id: int = 0  # an SSH key of alice
 
     def item_for(self, path: str) -> int:
         """The item an operation's {item_id} names: collections differ by kind, imports need a preset."""
@@ -199,6 +201,7 @@ PATH_PARAMS: dict[str, PathParam] = {
     "silence_id": PathParam(lambda w, p: w.alert_ids.get("silence", 1), True),
     "channel_id": PathParam(lambda w, p: w.alert_ids.get("channel", 1), True),
     # --- end alerts ---
+    "key_id": PathParam(lambda w, p: w.ssh_key_id, True),  # ssh keys
 }
 
 
@@ -284,6 +287,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     job_id, template_id, job_token, other_job_id = await _jobs_world(db, alice)  # jobs
     await _series_world(db, job_id)  # series
     alert_ids = await _alerts_world(db, alice, workspace_a)  # alerts
+    ssh_key_id = await _ssh_keys_world(db, alice)  # ssh keys
     return World(
         admin=admin,
         alice=alice,
@@ -308,6 +312,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         job_token=job_token,
         other_job_id=other_job_id,
         alert_ids=alert_ids,
+        ssh_key_id=ssh_key_id,
     )
 
 
@@ -411,6 +416,24 @@ async def _alerts_world(db: Database, alice: Caller, workspace_a: int) -> dict[s
 
 
 # --- end alerts ---
+
+
+# --- ssh keys ---
+def _fresh_public_key() -> str:
+    """A new ed25519 public key line: each registration needs a key nobody has registered."""
+    return asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+async def _ssh_keys_world(db: Database, alice: Caller) -> int:
+    """An SSH key of alice."""
+    async with db.write() as session:
+        key = await ssh_keys.add_key(
+            session, Actor(alice.user_id, alice.username), name="laptop", public_key=_fresh_public_key()
+        )
+    return key.id
+
+
+# --- end ssh keys ---
 
 
 # ------------------------------------------------------------------------------------------------- requests
@@ -538,6 +561,7 @@ _STRING_VALUES: dict[str, Callable[[World], str]] = {
     "limit": lambda w: "1Gi",
     "ref": lambda w: f"#{w.version_id}",
     "path": lambda w: w.import_dir,
+    "public_key": lambda w: _fresh_public_key(),
 }
 
 

@@ -17,6 +17,7 @@ from aicenter.api.routers import (
     pools,
     series,
     specs,
+    ssh_keys,
     storage,
     uploads,
     users,
@@ -26,6 +27,7 @@ from aicenter.api.routers import (
 ROUTERS: list[APIRouter] = [
     health.router,
     auth.router,
+    ssh_keys.router,
     users.router,
     workspaces.router,
     audit.router,

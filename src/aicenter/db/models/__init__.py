@@ -8,6 +8,7 @@ from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
 from aicenter.db.models.lease import Lease
 from aicenter.db.models.monitoring import MetricIngestCursor, MetricPoint, MetricRollup, MetricSeries
 from aicenter.db.models.notebooks import Notebook
+from aicenter.db.models.ssh_keys import SshKey
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Replica",
     "ResourceSpec",
     "Silence",
+    "SshKey",
     "UploadSession",
     "User",
     "VersionFile",

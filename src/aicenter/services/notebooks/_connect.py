@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.jobs import JobKind, JobStatus, ReplicaStatus
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Replica
-from aicenter.services import jobs
+from aicenter.services import jobs, ssh_keys
 
 __all__ = ["Endpoint", "endpoints", "prepare_state", "write_authorized_keys"]
 
@@ -121,7 +121,5 @@ async def prepare_state(db: Database, state: Path, user_id: int | None) -> None:
 async def _owner_keys(db: Database, user_id: int | None) -> list[str]:
     if user_id is None:
         return []
-    from aicenter.services import ssh_keys
-
     async with db.read() as session:
         return await ssh_keys.authorized_keys(session, user_id)

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 86b9b179a3b3
+Revision ID: 187114807cf0
 Revises: 
-Create Date: 2026-12-05 08:08:51.086234
+Create Date: 2026-12-05 12:13:30.601108
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '86b9b179a3b3'
+revision: str = '187114807cf0'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -174,12 +174,28 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_resource_specs')),
     sa.UniqueConstraint('name', name=op.f('uq_resource_specs_name'))
     )
+    op.create_table('ssh_keys',
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('public_key', sa.Text(), nullable=False),
+    sa.Column('fingerprint', sa.String(length=128), nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('last_used_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_ssh_keys_user_id_users'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_ssh_keys')),
+    sa.UniqueConstraint('fingerprint', name=op.f('uq_ssh_keys_fingerprint'))
+    )
+    with op.batch_alter_table('ssh_keys', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_ssh_keys_user_id'), ['user_id'], unique=False)
+
     op.create_table('workspaces',
     sa.Column('name', sa.String(length=64), nullable=False),
     sa.Column('description', sa.String(length=1024), nullable=False),
     sa.Column('balance', sa.Numeric(precision=20, scale=4), nullable=False),
     sa.Column('storage_quota_bytes', sa.BigInteger(), nullable=True),
     sa.Column('admins_read_logs', sa.Boolean(), nullable=False),
+    sa.Column('notebook_idle_timeout_s', sa.Integer(), nullable=True),
     sa.Column('created_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -444,6 +460,27 @@ def upgrade() -> None:
         batch_op.create_index('ix_metric_series_name', ['name'], unique=False)
         batch_op.create_index('ix_metric_series_node_id', ['node_id'], unique=False)
 
+    op.create_table('notebooks',
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('idle_timeout_s', sa.Integer(), nullable=True),
+    sa.Column('proxy_activity_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('idle_since', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('cull_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('warned_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('culled_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('algorithm_item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('saved_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('saved_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_notebooks_job_id_jobs'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_notebooks')),
+    sa.UniqueConstraint('job_id', name=op.f('uq_notebooks_job_id'))
+    )
+    with op.batch_alter_table('notebooks', schema=None) as batch_op:
+        batch_op.create_index('ix_notebooks_cull_at', ['cull_at'], unique=False)
+
     op.create_table('replicas',
     sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('task', sa.String(length=64), nullable=False),
@@ -610,6 +647,10 @@ def downgrade() -> None:
         batch_op.drop_index('ix_replicas_status')
 
     op.drop_table('replicas')
+    with op.batch_alter_table('notebooks', schema=None) as batch_op:
+        batch_op.drop_index('ix_notebooks_cull_at')
+
+    op.drop_table('notebooks')
     with op.batch_alter_table('metric_series', schema=None) as batch_op:
         batch_op.drop_index('ix_metric_series_node_id')
         batch_op.drop_index('ix_metric_series_name')
@@ -660,6 +701,10 @@ def downgrade() -> None:
     op.drop_table('alert_rules')
     op.drop_table('alert_channels')
     op.drop_table('workspaces')
+    with op.batch_alter_table('ssh_keys', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_ssh_keys_user_id'))
+
+    op.drop_table('ssh_keys')
     op.drop_table('resource_specs')
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_api_tokens_user_id'))
