@@ -26,6 +26,7 @@ from aicenter.controllers import (
     image_builder,
     jobs,
     metrics_series,
+    notebook_culler,
     sampler,
     scheduling,
     store_gc,
@@ -130,6 +131,7 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     sampler.build,
     alerts.build_evaluator,
     alerts.build_delivery,
+    notebook_culler.build,
 ]
 
 

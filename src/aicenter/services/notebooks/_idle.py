@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.clock import utcnow
 from aicenter.core.jobs import FailureReason, JobKind, JobStatus
 from aicenter.core.jobs.notebooks import IdleDecision, IdleVerdict
-from aicenter.db.models import Job, Notebook, Workspace
+from aicenter.db.models import Job, Notebook, Replica, Workspace
 from aicenter.services import alerts, audit, jobs
 from aicenter.services.context import Actor
 from aicenter.services.notebooks._connect import Endpoint, endpoints
@@ -33,6 +34,8 @@ class RunningNotebook:
         proxy_activity: The last request the proxy passed (flushed by every server replica).
         warned_at: When it was last warned.
         endpoint: Where JupyterLab listens (None: not reachable now).
+        node_id: The node its replica runs on; devices: the accelerators it was given there (GPU activity).
+        activity_file: The SSH agent's activity file (its modification time is the last SSH input).
     """
 
     job_id: int
@@ -43,10 +46,15 @@ class RunningNotebook:
     proxy_activity: datetime | None
     warned_at: datetime | None
     endpoint: Endpoint | None
+    node_id: int | None = None
+    devices: tuple[int, ...] = ()
+    activity_file: Path | None = None
 
 
-async def load_running(session: AsyncSession, secret_key: str, default_timeout_s: int) -> list[RunningNotebook]:
-    """Every running notebook with its timeout and endpoint, in three queries."""
+async def load_running(
+    session: AsyncSession, secret_key: str, default_timeout_s: int, jobs_path: Path
+) -> list[RunningNotebook]:
+    """Every running notebook with its timeout, endpoint, node and devices, in three queries."""
     rows = (
         await session.execute(
             select(Job, Notebook, Workspace.notebook_idle_timeout_s)
@@ -56,7 +64,18 @@ async def load_running(session: AsyncSession, secret_key: str, default_timeout_s
         )
     ).tuples()
     found = list(rows)
-    reach = await endpoints(session, [job.id for job, _, _ in found], secret_key)
+    ids = [job.id for job, _, _ in found]
+    reach = await endpoints(session, ids, secret_key)
+    placed = {
+        job_id: (node_id, tuple(int(d) for d in devices or ()))
+        for job_id, node_id, devices in (
+            await session.execute(
+                select(Replica.job_id, Replica.node_id, Replica.devices)
+                .join(Job, (Job.id == Replica.job_id) & (Replica.attempt == Job.restart_count))
+                .where(Replica.job_id.in_(ids))
+            )
+        ).tuples()
+    }
     out = []
     for job, notebook, workspace_timeout in found:
         timeout = notebook.idle_timeout_s
@@ -72,6 +91,9 @@ async def load_running(session: AsyncSession, secret_key: str, default_timeout_s
                 proxy_activity=notebook.proxy_activity_at,
                 warned_at=notebook.warned_at,
                 endpoint=reach.get(job.id),
+                node_id=placed.get(job.id, (None, ()))[0],
+                devices=placed.get(job.id, (None, ()))[1],
+                activity_file=jobs.job_dirs(jobs_path, job.id).notebook / jobs.ACTIVITY_FILE,
             )
         )
     return out
