@@ -27,6 +27,7 @@ import pytest
 
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
+from tests.support.wheels import build_tiny_wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -42,22 +43,7 @@ CONTENT_FORBIDDEN = 403
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding ``tinypkg-0.1.0-py3-none-any.whl``, built here without any index."""
-    root = tmp_path_factory.mktemp("tinypkg")
-    (root / "src" / "tinypkg").mkdir(parents=True)
-    (root / "src" / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        '[project]\nname = "tinypkg"\nversion = "0.1.0"\n'
-    )
-    (root / "src" / "tinypkg" / "__init__.py").write_text("ANSWER = 42\n")
-    wheels = root / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-index", "--no-build-isolation", "--no-deps",
-         "--wheel-dir", str(wheels), str(root / "src")],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, f"building the test wheel failed:\n{built.stdout}\n{built.stderr}"
-    assert [p.name for p in wheels.iterdir()] == ["tinypkg-0.1.0-py3-none-any.whl"]
-    return wheels
+    return build_tiny_wheel(tmp_path_factory.mktemp("tinypkg"))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -52,7 +52,8 @@ def kernel_spec(kernel_python: str, server_python: str = sys.executable) -> dict
     user's packages still win and only what the image lacks (ipykernel and its dependencies) comes from the
     server's, read-only.
     """
-    if os.path.realpath(kernel_python) == os.path.realpath(server_python):
+    # Not realpath: a venv's python is a symlink to its base interpreter, yet it has its own site-packages.
+    if os.path.abspath(kernel_python) == os.path.abspath(server_python):
         argv = [kernel_python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     else:
         sites = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]

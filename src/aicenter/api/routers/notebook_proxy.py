@@ -16,7 +16,7 @@ from __future__ import annotations
 from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.requests import HTTPConnection
 
 from aicenter.api.deps import SESSION_COOKIE, bearer_token
@@ -81,10 +81,12 @@ async def proxy_http(job_id: int, path: str, request: Request) -> Response:
     ctx: AppContext = request.app.state.ctx
     try:
         endpoint = await _endpoint(request, ctx, job_id, changes=request.method not in _SAFE)
-    except Unauthenticated:
+    except Unauthenticated as exc:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
-        raise
+        # JupyterLab's API clients get JSON, not the console's sign-in page the error handler gives other paths.
+        body = {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+        return JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
     gateway: NotebookGateway = request.app.state.notebook_gateway
     return await gateway.forward_http(request, endpoint, path)
 

@@ -147,7 +147,6 @@ async def apply_idle(
         actor = Actor.system("idle-culler")
         idle = (now - decision.idle_since).total_seconds()
         await jobs.request_stop(session, job, actor, FailureReason.STOPPED)
-        job.message = f"culled: idle for {_minutes(idle)} (timeout {_minutes(notebook.timeout_s)})"
         await session.execute(update(Notebook).where(Notebook.job_id == job.id).values(culled_at=now))
         audit.record(
             session,

@@ -1,0 +1,247 @@
+"""Notebooks end to end on a real ``aicenter up`` (as root here: every notebook in its bubblewrap sandbox, its own
+uid and network namespace).
+
+alice, a member of workspace vision, creates a notebook from her venv image (which has ``tinypkg``), her
+algorithm and a dataset; JupyterLab answers through the platform; a cell reads the mounted dataset, imports the
+image's package and writes code into the work dir; she saves it as a new algorithm version and trains from it.
+bob (same workspace), carol (another) and the platform admin are refused. Stop keeps the work dir and start
+brings it back; a notebook whose launcher dies is marked lost and starts again with its work dir. The idle
+culler warns, then stops an idle notebook, while a busy one (a cell still running) is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from aicenter.config import Settings
+from aicenter.controllers.notebook_culler import NotebookCuller
+from aicenter.core.clock import utcnow
+from aicenter.db.engine import Database
+from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
+from tests.support.jupyter import execute, start_kernel, wait_for_lab
+from tests.support.wheels import build_tiny_wheel
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+DEADLINE_S = 120.0
+PASSWORDS = {"alice": "alice-Passw0rd-1", "bob": "bob-Passw0rd-1", "carol": "carol-Passw0rd-1"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One server for the module, its users, alice's image, algorithm and dataset."""
+    tmp = tmp_path_factory.mktemp("notebooks")
+    wheels = build_tiny_wheel(tmp / "tinypkg")
+    env = {"AICENTER_PIP_ARGS": json.dumps(["--no-index", "--find-links", str(wheels)]), "AICENTER_SSH_PORT": "0"}
+    server = Server(tmp / "home", env=env).start()
+    try:
+        admin = signed_in(tmp, server, "admin", ADMIN_PASSWORD)
+        for user, password in PASSWORDS.items():
+            admin.run("user", "create", user, "--password-stdin", stdin=f"{password}\n")
+        admin.run("workspace", "create", "vision", "--admin", "alice")
+        admin.run("member", "add", "bob", "--workspace", "vision")
+        admin.run("workspace", "create", "other", "--admin", "carol")
+        alice = signed_in(tmp, server, "alice", PASSWORDS["alice"])
+        alice.run("image", "create", "py-tiny", "--type", "venv")
+        alice.json("image", "version", "py-tiny", "--python", PYTHON, "--requirement", "tinypkg")
+        data = tmp / "mnist"
+        data.mkdir()
+        (data / "labels.csv").write_text("label\n7\n")
+        alice.json("dataset", "push", str(data), "--name", "mnist", "--no-progress")
+        code = tmp / "resnet"
+        code.mkdir()
+        (code / "model.py").write_text("LAYERS = 18\n")
+        alice.json("algorithm", "push", str(code), "--name", "resnet", "--no-progress")
+        tokens = {
+            name: httpx.post(f"{server.url}/api/v1/auth/login", json={"username": name, "password": pw}).json()["token"]
+            for name, pw in {**PASSWORDS, "admin": ADMIN_PASSWORD}.items()
+        }
+        yield {"server": server, "alice": alice, "tokens": tokens, "tmp": tmp}
+    finally:
+        if server.proc is not None:
+            server.stop()
+
+
+def _http(world: dict[str, Any], user: str) -> httpx.Client:
+    token = world["tokens"][user]
+    return httpx.Client(base_url=world["server"].url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _wait_image(http: httpx.Client) -> None:
+    deadline = time.monotonic() + DEADLINE_S * 2
+    while time.monotonic() < deadline:
+        items = http.get("/api/v1/images", params={"name": "py-tiny"}).json()["items"]
+        build = http.get(f"/api/v1/images/{items[0]['id']}/versions/1/build").json()
+        if build["state"] in ("ready", "failed"):
+            assert build["state"] == "ready", build
+            return
+        time.sleep(0.5)  # polling interval: the loop exits on the state it reads
+    pytest.fail("the image build did not finish")
+
+
+def _wait_status(http: httpx.Client, notebook_id: int, *wanted: str) -> dict[str, Any]:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        got: dict[str, Any] = http.get(f"/api/v1/notebooks/{notebook_id}").json()
+        if got["status"] in wanted:
+            return got
+        time.sleep(0.2)  # polling interval: the loop exits on the status it reads
+    pytest.fail(f"notebook {notebook_id} never became {wanted}: {got}")
+
+
+def test_a_member_debugs_saves_and_trains_and_nobody_else_gets_in(world: dict[str, Any]) -> None:
+    server: Server = world["server"]
+    alice = _http(world, "alice")
+    _wait_image(alice)
+    created = alice.post(
+        "/api/v1/notebooks",
+        json={
+            "spec": {
+                "name": "explore",
+                "workspace": "vision",
+                "image": "py-tiny:1",
+                "algorithm": "resnet:1",
+                "datasets": ["mnist:1"],
+                "resources": {"cpu": 1, "memory": "1Gi"},
+            }
+        },
+    )
+    assert created.status_code == 201, created.text
+    nb = created.json()
+    assert (nb["status"], nb["lab_url"], nb["is_owner"]) == ("queued", f"/notebooks/{nb['id']}/lab", True)
+    wait_for_lab(alice, nb["id"], DEADLINE_S)
+    headers = {"Authorization": f"Bearer {world['tokens']['alice']}"}
+    kernel = start_kernel(alice, nb["id"])
+    out = execute(
+        server.url,
+        nb["id"],
+        kernel,
+        "import os, tinypkg, model\n"
+        "print(open(os.path.join(os.environ['AICENTER_DATA_DIR'], 'mnist', 'labels.csv')).read().split()[1])\n"
+        "print(tinypkg.ANSWER, model.LAYERS, os.getcwd() == os.environ['AICENTER_CODE_DIR'])\n"
+        "open('train.py', 'w').write('import tinypkg, model\\nprint(\"trained\", tinypkg.ANSWER, model.LAYERS)\\n')\n",
+        headers=headers,
+    )
+    assert out.split() == ["7", "42", "18", "True"], out
+
+    # Nobody but alice reaches it: bob (same workspace) and the platform admin (who sees its metadata) 403, carol 404.
+    for user, status in (("bob", 403), ("carol", 404), ("admin", 403)):
+        with _http(world, user) as other:
+            assert other.get(f"/notebooks/{nb['id']}/api/status").status_code == status, user
+            assert other.post(f"/notebooks/{nb['id']}/api/kernels", json={}).status_code == status, user
+    assert httpx.get(f"{server.url}/notebooks/{nb['id']}/api/status").status_code == 401
+    with pytest.raises(Exception, match=r"1008|policy|rejected|closed"):
+        execute(server.url, nb["id"], kernel, "print(1)", headers={"Authorization": f"Bearer {world['tokens']['bob']}"})
+
+    # Save: the work dir becomes resnet:2; train from it: the job runs the code written in the notebook.
+    saved = alice.post(f"/api/v1/notebooks/{nb['id']}/save", json={"description": "from my notebook"})
+    assert saved.status_code == 201, saved.text
+    assert saved.json()["reference"] == "resnet:2"
+    spec = alice.get(f"/api/v1/notebooks/{nb['id']}/train-spec").json()["spec"]
+    assert (spec["algorithm"], spec["image"], spec["datasets"]) == ("alice/resnet:2", "py-tiny:1", ["mnist:1"])
+    job = alice.post("/api/v1/jobs", json={"spec": spec})
+    assert job.status_code == 201, job.text
+    deadline = time.monotonic() + DEADLINE_S
+    while (got := alice.get(f"/api/v1/jobs/{job.json()['id']}").json())["status"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, got
+        time.sleep(0.3)  # polling interval: the loop exits on the status it reads
+    log = alice.get(f"/api/v1/jobs/{job.json()['id']}/logs").text
+    assert got["status"] == "succeeded", log
+    assert "trained 42 18" in log
+
+    # Stop keeps the work dir, start brings it back (rescheduled, a new attempt, a new token).
+    assert alice.post(f"/api/v1/notebooks/{nb['id']}/start").json()["error"]["code"] == "invalid_transition"
+    assert alice.post(f"/api/v1/notebooks/{nb['id']}/stop").status_code == 200
+    _wait_status(alice, nb["id"], "stopped")
+    refused = alice.post(f"/api/v1/notebooks/{nb['id']}/save", json={})
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "invalid_transition")
+    assert alice.get(f"/notebooks/{nb['id']}/api/status").status_code == 404
+    assert alice.post(f"/api/v1/notebooks/{nb['id']}/start").status_code == 200
+    wait_for_lab(alice, nb["id"], DEADLINE_S)
+    kernel = start_kernel(alice, nb["id"])
+    assert "import tinypkg" in execute(server.url, nb["id"], kernel, "print(open('train.py').read())", headers=headers)
+    world["notebook"] = nb["id"]
+
+
+def test_a_notebook_whose_launcher_dies_is_lost_and_starts_again_with_its_work_dir(world: dict[str, Any]) -> None:
+    alice = _http(world, "alice")
+    notebook_id = world["notebook"]
+    detail = _wait_status(alice, notebook_id, "running")
+    handle = next(r for r in detail["replicas"] if r["attempt"] == detail["restart_count"])
+    run_dir = world["server"].home / "jobs" / str(notebook_id) / "runs" / str(handle["attempt"]) / "notebook-0"
+    status = json.loads((run_dir / "status.json").read_text())
+    os.kill(int(status["launcher_pid"]), signal.SIGKILL)
+    lost = _wait_status(alice, notebook_id, "failed")
+    assert lost["failure_reason"] == "node_lost", lost
+    assert alice.post(f"/api/v1/notebooks/{notebook_id}/start").status_code == 200
+    wait_for_lab(alice, notebook_id, DEADLINE_S)
+    kernel = start_kernel(alice, notebook_id)
+    headers = {"Authorization": f"Bearer {world['tokens']['alice']}"}
+    out = execute(world["server"].url, notebook_id, kernel, "print(open('train.py').read())", headers=headers)
+    assert "import tinypkg" in out
+
+
+def test_an_idle_notebook_is_warned_then_culled_while_a_busy_one_is_kept(world: dict[str, Any]) -> None:
+    alice = _http(world, "alice")
+    server: Server = world["server"]
+    idle_id = world["notebook"]
+    busy = alice.post(
+        "/api/v1/notebooks",
+        json={"spec": {"name": "busy", "workspace": "vision", "resources": {"cpu": 1, "memory": "512Mi"}}},
+    ).json()
+    wait_for_lab(alice, busy["id"], DEADLINE_S)
+    kernel = start_kernel(alice, busy["id"])
+    headers = {"Authorization": f"Bearer {world['tokens']['alice']}"}
+    execute(server.url, busy["id"], kernel, "import time; time.sleep(600)", headers=headers, wait=False)
+    _wait_status(alice, idle_id, "running")
+
+    # The culler, run here against the server's database, judges "two hours from now": nobody used either since.
+    settings = Settings(home=server.home, notebook_idle_timeout_s=3600, notebook_idle_warning_s=600)
+    later = utcnow() + timedelta(hours=2)
+    deadline = time.monotonic() + 30
+    while True:  # the busy kernel shows busy once its cell started
+        culled, verdicts = _run_culler(settings, later)
+        assert culled == [], "nothing is culled before a warning"
+        if verdicts.get(busy["id"]) == "keep" or time.monotonic() > deadline:
+            break
+    assert verdicts == {idle_id: "warn", busy["id"]: "keep"}, verdicts
+    warned = alice.get(f"/api/v1/notebooks/{idle_id}").json()
+    assert warned["warned"] is True
+    assert warned["cull_at"] is not None
+    culled, verdicts = _run_culler(settings, later + timedelta(minutes=11))
+    assert (culled, verdicts) == ([idle_id], {idle_id: "cull", busy["id"]: "keep"})
+    culled = _wait_status(alice, idle_id, "stopped")
+    assert culled["culled_at"] is not None, culled
+    assert alice.get(f"/api/v1/notebooks/{busy['id']}").json()["status"] == "running"
+    events = alice.get("/api/v1/events", params={"job_id": idle_id}).json()
+    kinds = [e["kind"] for e in events.get("items", events)]
+    assert "notebook.idle_warning" in kinds
+    assert "notebook.culled" in kinds
+
+
+def _run_culler(settings: Settings, now: datetime) -> tuple[list[int], dict[int, str]]:
+    """One pass of a culler of this process (its own loop and connections) at ``now``: culled ids, verdicts."""
+
+    async def once() -> tuple[list[int], dict[int, str]]:
+        db = Database(settings.effective_database_url)
+        culler = NotebookCuller(db, settings, settings.resolve_secret_key())
+        try:
+            culled = await culler.run_once(now)
+            return culled, {nb.job_id: d.verdict.value for nb, d in culler.last}
+        finally:
+            await culler.stop()
+            await db.dispose()
+
+    return asyncio.run(once())
