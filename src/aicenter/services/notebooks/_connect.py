@@ -71,7 +71,7 @@ async def endpoints(session: AsyncSession, job_ids: Iterable[int], secret_key: s
         )
     )
     out = {}
-    for job_id, owner, workspace, attempt, ports, address, executor in rows.tuples():
+    for job_id, owner, workspace, attempt, ports, address, executor in rows.all():
         if not ports or len(ports) < jobs.NOTEBOOK_PORTS:
             continue
         jupyter, ssh = (int(p) for p in ports[-jobs.NOTEBOOK_PORTS :])

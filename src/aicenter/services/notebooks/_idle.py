@@ -62,7 +62,7 @@ async def load_running(
             .join(Workspace, Workspace.id == Job.workspace_id)
             .where(Job.kind == JobKind.NOTEBOOK.value, Job.status == JobStatus.RUNNING.value)
         )
-    ).tuples()
+    ).all()
     found = list(rows)
     ids = [job.id for job, _, _ in found]
     reach = await endpoints(session, ids, secret_key)
@@ -74,7 +74,7 @@ async def load_running(
                 .join(Job, (Job.id == Replica.job_id) & (Replica.attempt == Job.restart_count))
                 .where(Replica.job_id.in_(ids))
             )
-        ).tuples()
+        ).all()
     }
     out = []
     for job, notebook, workspace_timeout in found:

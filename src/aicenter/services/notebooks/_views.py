@@ -70,11 +70,10 @@ async def notebook_views(
     ids = [v.job.id for v in views]
     rows = {n.job_id: n for n in (await session.scalars(select(Notebook).where(Notebook.job_id.in_(ids)))).all()}
     ws_ids = {v.job.workspace_id for v in views}
-    defaults = dict(
-        (await session.execute(select(Workspace.id, Workspace.notebook_idle_timeout_s).where(Workspace.id.in_(ws_ids))))
-        .tuples()
-        .all()
+    found = await session.execute(
+        select(Workspace.id, Workspace.notebook_idle_timeout_s).where(Workspace.id.in_(ws_ids))
     )
+    defaults: dict[int, int | None] = {row[0]: row[1] for row in found.all()}
     out = []
     for v in views:
         row = rows.get(v.job.id) or Notebook(job_id=v.job.id)
