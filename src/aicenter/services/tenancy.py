@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from types import EllipsisType
 from typing import Any
 
 from sqlalchemy import Select, delete, func, or_, select, update
@@ -25,6 +26,7 @@ from aicenter.core.errors import (
     SingleUserMode,
     ValidationFailed,
 )
+from aicenter.core.jobs.notebooks import check_idle_timeout
 from aicenter.core.names import check_name, check_text, check_username
 from aicenter.core.roles import TokenKind, UserState, WorkspaceRole
 from aicenter.db.models import ApiToken, LoginAttempt, Membership, Pool, PoolGrant, User, Workspace
@@ -497,9 +499,11 @@ async def update_workspace(
     name: str | None = None,
     description: str | None = None,
     admins_read_logs: bool | None = None,
+    notebook_idle_timeout_s: int | EllipsisType | None = ...,
 ) -> Workspace:
     """Rename a workspace, change its description or whether platform admins read its jobs' logs (workspace
-    admins). ``None`` leaves a field as it is.
+    admins). ``None`` leaves a field as it is; ``...`` leaves the notebooks' idle timeout, whose ``None`` means
+    the platform's default (0: never cull).
 
     ``admins_read_logs`` is the workspace's own admins' decision: a platform admin who is not one of them is
     refused (they may add themselves as an admin, which the workspace's audit list then shows).
@@ -525,6 +529,10 @@ async def update_workspace(
             )
         details["admins_read_logs"] = {"from": workspace.admins_read_logs, "to": admins_read_logs}
         workspace.admins_read_logs = admins_read_logs
+    if notebook_idle_timeout_s is not ... and notebook_idle_timeout_s != workspace.notebook_idle_timeout_s:
+        check_idle_timeout(notebook_idle_timeout_s, "notebook_idle_timeout_s")
+        details["notebook_idle_timeout_s"] = {"from": workspace.notebook_idle_timeout_s, "to": notebook_idle_timeout_s}
+        workspace.notebook_idle_timeout_s = notebook_idle_timeout_s
     if details:
         audit.record(
             session, actor, "workspace.update", "workspace", workspace.id, workspace_id=workspace.id, details=details

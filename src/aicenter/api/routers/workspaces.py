@@ -83,7 +83,9 @@ async def get_workspace(workspace_id: Id, actor: CurrentActor, session: ReadSess
 async def update_workspace(
     workspace_id: Id, body: WorkspaceUpdate, actor: CurrentActor, session: WriteSession
 ) -> WorkspaceOut:
-    """Rename the workspace, change its description, or let platform admins read its job logs (audited)."""
+    """Rename the workspace, change its description, its notebooks' idle timeout, or let platform admins read its
+    job logs (audited)."""
+    idle = body.notebook_idle_timeout_s if "notebook_idle_timeout_s" in body.model_fields_set else ...
     workspace = await tenancy.update_workspace(
         session,
         actor,
@@ -91,6 +93,9 @@ async def update_workspace(
         name=body.name,
         description=body.description,
         admins_read_logs=body.admins_read_logs,
+        notebook_idle_timeout_s=body.notebook_idle_timeout_s
+        if "notebook_idle_timeout_s" in body.model_fields_set
+        else ...,
     )
     return WorkspaceOut.model_validate(workspace)
 

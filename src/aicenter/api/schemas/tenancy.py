@@ -55,6 +55,9 @@ class WorkspaceOut(Schema):
     balance: Decimal = Field(description="Coins, as a decimal string.")
     created_by_id: int | None
     admins_read_logs: bool = Field(description="Whether platform admins outside the workspace may read its job logs.")
+    notebook_idle_timeout_s: int | None = Field(
+        description="Its notebooks are culled after this many idle seconds; 0: never; null: the platform's default."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -78,6 +81,11 @@ class WorkspaceUpdate(Input):
     admins_read_logs: bool | None = Field(
         default=None,
         description="Let platform admins who are not members read the workspace's job logs (its own admins only).",
+    )
+    notebook_idle_timeout_s: int | None = Field(
+        default=None,
+        description="Cull its notebooks after this many idle seconds (60..2592000); 0: never; null: the platform's "
+        "default. Omitted: unchanged.",
     )
 
 
