@@ -93,9 +93,7 @@ async def update_workspace(
         name=body.name,
         description=body.description,
         admins_read_logs=body.admins_read_logs,
-        notebook_idle_timeout_s=body.notebook_idle_timeout_s
-        if "notebook_idle_timeout_s" in body.model_fields_set
-        else ...,
+        notebook_idle_timeout_s=idle,
     )
     return WorkspaceOut.model_validate(workspace)
 
