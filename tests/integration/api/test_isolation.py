@@ -55,7 +55,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import alerts, auth, catalog, jobs, monitoring, ssh_keys, tenancy
+from aicenter.services import alerts, auth, catalog, jobs, monitoring, notebooks, ssh_keys, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.monitoring import Sample
 from tests.support.settings import make_settings
@@ -153,6 +153,7 @@ class World:
     template_id: int = 0  # a job template of workspace A, by alice
     job_token: str = ""  # a job token of alice's job (what its replicas get as AICENTER_TOKEN)
     other_job_id: int = 0  # another job of alice, which that token must not reach
+    notebook_id: int = 0  # a queued notebook of alice in workspace A
     # --- end jobs ---
     # --- alerts ---
     alert_ids: dict[str, int] = field(default_factory=dict)  # rule, silence, channel of A (alice's)
@@ -195,6 +196,7 @@ PATH_PARAMS: dict[str, PathParam] = {
     # --- jobs ---
     "job_id": PathParam(lambda w, p: w.job_id, True),
     "template_id": PathParam(lambda w, p: w.template_id, True),
+    "notebook_id": PathParam(lambda w, p: w.notebook_id, True),
     # --- end jobs ---
     # --- alerts ---
     "rule_id": PathParam(lambda w, p: w.alert_ids.get("rule", 1), True),
@@ -284,7 +286,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     import_dir.mkdir(parents=True)
     (import_dir / "data.txt").write_bytes(b"imported")
     monkeypatch.setattr(app.state.ctx.settings, "import_roots", [tmp_path / "imports"])
-    job_id, template_id, job_token, other_job_id = await _jobs_world(db, alice)  # jobs
+    job_id, template_id, job_token, other_job_id, notebook_id = await _jobs_world(db, alice)  # jobs
     await _series_world(db, job_id)  # series
     alert_ids = await _alerts_world(db, alice, workspace_a)  # alerts
     ssh_key_id = await _ssh_keys_world(db, alice)  # ssh keys
@@ -311,6 +313,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         template_id=template_id,
         job_token=job_token,
         other_job_id=other_job_id,
+        notebook_id=notebook_id,
         alert_ids=alert_ids,
         ssh_key_id=ssh_key_id,
     )
@@ -352,9 +355,9 @@ async def _catalog_world(
 
 
 # --- jobs ---
-async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int]:
+async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int, int]:
     """A queued job of alice in workspace A on spec gpu-a100-1 (pool A), a template of A, a job token of that
-    job and a second job of alice."""
+    job, a second job of alice and a queued notebook of hers."""
     as_alice = Actor(alice.user_id, alice.username)
     job_spec = {
         "name": "iso-job",
@@ -369,7 +372,10 @@ async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int]:
         token = await auth.issue_token(
             session, user, name="iso job token", kind=TokenKind.JOB, ttl_s=None, job_id=job.job.id
         )
-    return job.job.id, template.template.id, token.secret, other.job.id
+        notebook = await notebooks.create_notebook(
+            session, as_alice, {"name": "iso-notebook", "resources": {"spec": "gpu-a100-1"}}
+        )
+    return job.job.id, template.template.id, token.secret, other.job.id, notebook
 
 
 # --- end jobs ---

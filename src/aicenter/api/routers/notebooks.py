@@ -35,8 +35,9 @@ def _forget(request: Request, job_id: int) -> None:
         gateway.forget(job_id)
 
 
-async def _one(ctx: Ctx, actor: CurrentActor, session: ReadSession | WriteSession, job_id: int) -> NotebookDetail:
-    view = await notebooks.get_notebook(session, actor, job_id, default_idle_s=ctx.settings.notebook_idle_timeout_s)
+async def _one(ctx: Ctx, actor: CurrentActor, session: ReadSession | WriteSession, notebook_id: int) -> NotebookDetail:
+    default_idle_s = ctx.settings.notebook_idle_timeout_s
+    view = await notebooks.get_notebook(session, actor, notebook_id, default_idle_s=default_idle_s)
     return NotebookDetail.from_view(view)
 
 
@@ -44,8 +45,8 @@ async def _one(ctx: Ctx, actor: CurrentActor, session: ReadSession | WriteSessio
 async def create_notebook(body: NotebookCreate, ctx: Ctx, actor: CurrentActor, session: WriteSession) -> NotebookDetail:
     """Create a notebook and queue it: JupyterLab with the image's Python, the algorithm checked out writable
     into its work dir, datasets read-only. Refused (4xx naming the field) like a job that could never run."""
-    job_id = await notebooks.create_notebook(session, actor, body.spec, workspace_id=body.workspace_id)
-    return await _one(ctx, actor, session, job_id)
+    notebook_id = await notebooks.create_notebook(session, actor, body.spec, workspace_id=body.workspace_id)
+    return await _one(ctx, actor, session, notebook_id)
 
 
 @router.get("", openapi_extra=access(Access.USER))
@@ -76,49 +77,49 @@ async def list_notebooks(
     return Page(items=[NotebookOut.from_view(v) for v in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{job_id}", openapi_extra=access(Access.USER))
-async def get_notebook(job_id: Id, ctx: Ctx, actor: CurrentActor, session: ReadSession) -> NotebookDetail:
+@router.get("/{notebook_id}", openapi_extra=access(Access.USER))
+async def get_notebook(notebook_id: Id, ctx: Ctx, actor: CurrentActor, session: ReadSession) -> NotebookDetail:
     """The notebook with its idle state, replicas and status events."""
-    return await _one(ctx, actor, session, job_id)
+    return await _one(ctx, actor, session, notebook_id)
 
 
-@router.patch("/{job_id}", openapi_extra=access(Access.USER))
+@router.patch("/{notebook_id}", openapi_extra=access(Access.USER))
 async def update_notebook(
-    job_id: Id, body: NotebookUpdate, ctx: Ctx, actor: CurrentActor, session: WriteSession
+    notebook_id: Id, body: NotebookUpdate, ctx: Ctx, actor: CurrentActor, session: WriteSession
 ) -> NotebookDetail:
     """Change its idle timeout (its owner and the workspace's admins)."""
-    await notebooks.set_idle_timeout(session, actor, job_id, body.idle_timeout_s)
-    return await _one(ctx, actor, session, job_id)
+    await notebooks.set_idle_timeout(session, actor, notebook_id, body.idle_timeout_s)
+    return await _one(ctx, actor, session, notebook_id)
 
 
-@router.post("/{job_id}/stop", openapi_extra=access(Access.USER))
+@router.post("/{notebook_id}/stop", openapi_extra=access(Access.USER))
 async def stop_notebook(
-    job_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
+    notebook_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
 ) -> NotebookDetail:
     """Stop it (its owner or a workspace admin): its resources are released, its work dir is kept."""
-    await notebooks.stop_notebook(session, actor, job_id)
-    _forget(request, job_id)
-    return await _one(ctx, actor, session, job_id)
+    await notebooks.stop_notebook(session, actor, notebook_id)
+    _forget(request, notebook_id)
+    return await _one(ctx, actor, session, notebook_id)
 
 
-@router.post("/{job_id}/start", openapi_extra=access(Access.USER))
+@router.post("/{notebook_id}/start", openapi_extra=access(Access.USER))
 async def start_notebook(
-    job_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
+    notebook_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: WriteSession
 ) -> NotebookDetail:
     """Start a stopped (or failed) notebook again (its owner): rescheduled, with the same work dir."""
-    await notebooks.start_notebook(session, actor, job_id)
-    _forget(request, job_id)
-    return await _one(ctx, actor, session, job_id)
+    await notebooks.start_notebook(session, actor, notebook_id)
+    _forget(request, notebook_id)
+    return await _one(ctx, actor, session, notebook_id)
 
 
-@router.post("/{job_id}/save", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
-async def save_notebook(job_id: Id, body: NotebookSave, ctx: Ctx, actor: CurrentActor) -> SavedOut:
+@router.post("/{notebook_id}/save", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
+async def save_notebook(notebook_id: Id, body: NotebookSave, ctx: Ctx, actor: CurrentActor) -> SavedOut:
     """Save the running notebook's work dir as a new version of an algorithm (its owner)."""
     saved = await notebooks.save_notebook(
         ctx.db,
         ctx.store,
         actor,
-        job_id,
+        notebook_id,
         jobs_path=ctx.settings.jobs_path,
         algorithm=body.algorithm,
         description=body.description,
@@ -126,13 +127,13 @@ async def save_notebook(job_id: Id, body: NotebookSave, ctx: Ctx, actor: Current
     return SavedOut(version_id=saved.version.id, reference=saved.reference, skipped_links=saved.skipped_links)
 
 
-@router.get("/{job_id}/train-spec", openapi_extra=access(Access.USER))
-async def train_spec(job_id: Id, actor: CurrentActor, session: ReadSession) -> TrainSpecOut:
+@router.get("/{notebook_id}/train-spec", openapi_extra=access(Access.USER))
+async def train_spec(notebook_id: Id, actor: CurrentActor, session: ReadSession) -> TrainSpecOut:
     """A training job spec prefilled from the notebook (its latest saved version, image, datasets, resources)."""
-    return TrainSpecOut(spec=await notebooks.train_spec(session, actor, job_id))
+    return TrainSpecOut(spec=await notebooks.train_spec(session, actor, notebook_id))
 
 
-@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
-async def delete_notebook(job_id: Id, ctx: Ctx, actor: CurrentActor, session: WriteSession) -> None:
+@router.delete("/{notebook_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
+async def delete_notebook(notebook_id: Id, ctx: Ctx, actor: CurrentActor, session: WriteSession) -> None:
     """Delete a stopped notebook with its work dir (409 while it runs; save it first)."""
-    await notebooks.delete_notebook(session, actor, job_id, ctx.settings.jobs_path)
+    await notebooks.delete_notebook(session, actor, notebook_id, ctx.settings.jobs_path)
