@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import signal
+import struct
 import sys
 import termios
 import time
@@ -140,6 +141,18 @@ class _Session(asyncssh.SSHServerProcess[bytes]):
         super().data_received(data, datatype)
 
 
+class _SftpServer(asyncssh.SFTPServer):
+    """asyncssh's SFTP server, rooted at ``/`` (the sandbox is the boundary), that ends with exit status 0.
+
+    asyncssh closes an SFTP channel without an exit status; OpenSSH's ssh then exits 255, and scp (which speaks
+    SFTP since OpenSSH 9.0) reports a failed copy although every byte arrived. sshd sends 0 when sftp-server exits.
+    """
+
+    def exit(self) -> None:
+        with contextlib.suppress(Exception):  # the channel may be gone already (the client dropped)
+            cast("asyncssh.SSHServerChannel[bytes]", self.channel).exit(0)
+
+
 def _shell() -> str:
     shell = os.environ.get("SHELL", "")
     if shell and os.path.isabs(shell) and os.access(shell, os.X_OK):
@@ -175,7 +188,7 @@ class _AgentServer(asyncssh.SSHServer):
         return self._agent.keys.allows(key)
 
     def session_requested(self) -> _Session:
-        return _Session(self._agent.run_process, asyncssh.SFTPServer, self._agent.activity)
+        return _Session(self._agent.run_process, _SftpServer, self._agent.activity)
 
     def connection_requested(
         self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
@@ -276,6 +289,11 @@ class Agent:
 
     async def _run_pty(self, process: asyncssh.SSHServerProcess[bytes], argv: list[str], env: dict[str, str]) -> int:
         master, slave = os.openpty()
+        # The client's size before the shell starts (asyncssh sets it on redirect, after the spawn: a command that
+        # asks at once, like `stty size`, would read 0 0).
+        width, height, pixwidth, pixheight = process.term_size
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, pixwidth, pixheight))
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,

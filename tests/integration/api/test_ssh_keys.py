@@ -9,6 +9,8 @@ from sqlalchemy import func, select
 
 from aicenter.db.engine import Database
 from aicenter.db.models import AuditEvent, SshKey
+from aicenter.gateway.ssh import GatewayUser
+from aicenter.gateway.ssh_lookup import key_authenticator
 from aicenter.services import ssh_keys, tenancy
 from tests.factories import ADMIN, make_user
 
@@ -122,3 +124,12 @@ async def test_gateway_lookups(client: httpx.AsyncClient, db: Database) -> None:
         await tenancy.freeze_user(session, ADMIN, alice.user_id)
     async with db.write() as session:
         assert await ssh_keys.user_for_key(session, key) is None  # a frozen user's keys open nothing
+
+
+async def test_the_gateways_authenticator(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    key = _key()
+    await client.post("/api/v1/ssh-keys", json={"public_key": _line(key)}, headers=alice.headers)
+    authenticate = key_authenticator(db)
+    assert await authenticate(key) == GatewayUser(alice.user_id, "alice")
+    assert await authenticate(_key()) is None

@@ -202,6 +202,30 @@ def test_interactive_shell_with_a_pty(env: Env) -> None:
     assert "/dev/pts/" in done.stdout
 
 
+def test_window_changes_reach_the_pty(env: Env) -> None:
+    async def sizes() -> str:
+        async with asyncssh.connect(
+            HOST,
+            env.agent_port,
+            username="alice",
+            client_keys=[str(env.root / "alice")],
+            known_hosts=None,
+            agent_path=None,
+        ) as conn:
+            process = await conn.create_process(
+                "stty size; read line; stty size", term_type="xterm", term_size=(100, 30)
+            )
+            assert (await process.stdout.readline()).strip() == "30 100"
+            process.change_terminal_size(120, 40)
+            process.stdin.write("go\n")
+            result = await process.stdout.read()
+            await process.wait()
+            return str(result)
+
+    # known_hosts=None: this test talks to the agent directly; the host keys are checked by every other test.
+    assert asyncio.run(sizes()).split()[-2:] == ["40", "120"]
+
+
 def test_sftp_put_and_get(env: Env) -> None:
     local = env.root / "upload.bin"
     local.write_bytes(os.urandom(300_000))
@@ -217,6 +241,15 @@ def test_sftp_put_and_get(env: Env) -> None:
     assert done.returncode == 0, done.stderr
     assert (env.workdir / "uploaded.bin").read_bytes() == local.read_bytes()  # relative paths start in the workdir
     assert back.read_bytes() == local.read_bytes()
+    # OpenSSH's scp speaks SFTP (since 9.0), so it works through the same subsystem.
+    copied = subprocess.run(
+        ["scp", "-F", str(env.config("alice")), str(local), "notebook-1:scp-copy.bin"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert (env.workdir / "scp-copy.bin").read_bytes() == local.read_bytes()
 
 
 def test_local_forwarding_to_the_notebooks_loopback(env: Env) -> None:
