@@ -33,7 +33,7 @@ import asyncssh
 from aicenter.runtime.notebook_ssh import open_forward
 from aicenter.runtime.sshfiles import public_host_key, write_host_key
 
-__all__ = ["GATEWAY_HINT", "GatewayUser", "SshGateway", "gateway_host_key_path"]
+__all__ = ["GATEWAY_HINT", "MAX_KEYS_PER_CONNECTION", "GatewayUser", "SshGateway", "gateway_host_key_path"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ GATEWAY_HINT = (
     "this is the aicenter SSH gateway; connect to a notebook with ProxyJump: aicenter notebook ssh-config NAME\n"
 )
 ACTIVITY_EVERY_S = 10.0
+# Distinct keys one connection may try: each costs a lookup. sshd's MaxAuthTries is 6; an agent holding many
+# keys offers them all, so a little more room.
+MAX_KEYS_PER_CONNECTION = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class _GatewayConnection(asyncssh.SSHServer):
 
     async def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         fingerprint = key.get_fingerprint("sha256")
+        if fingerprint not in self._seen and len(self._seen) >= MAX_KEYS_PER_CONNECTION:
+            self._candidate = None
+            return False
         if fingerprint not in self._seen:
             try:
                 self._seen[fingerprint] = await self._gateway.authenticate(key)
@@ -124,6 +130,8 @@ class _GatewayConnection(asyncssh.SSHServer):
 
     def auth_completed(self) -> None:
         self.user = self._candidate
+        if self.user is not None:
+            log.info("ssh gateway: %s signed in", self.user.username)
 
     def session_requested(self) -> Callable[..., Awaitable[None]]:
         return _hint
@@ -218,6 +226,7 @@ class SshGateway:
             log.exception("ssh gateway: resolve(%s, %s:%s) failed", user.username, host, port)
             target = None
         if target is None:
+            log.info("ssh gateway: %s refused %s:%s", user.username, host, port)
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, f"{host}:{port} is not a running notebook of yours"
             )

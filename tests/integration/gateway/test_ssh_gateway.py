@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import asyncssh
 import pytest
 
-from aicenter.gateway.ssh import GATEWAY_HINT, GatewayUser, SshGateway
+from aicenter.gateway.ssh import GATEWAY_HINT, MAX_KEYS_PER_CONNECTION, GatewayUser, SshGateway
 from aicenter.runtime.sshfiles import write_authorized_keys, write_host_key
 
 HOST = "127.0.0.83"  # the agent and the gateway; the client's forwarded ports too
@@ -342,6 +342,24 @@ def test_remote_forwarding_is_refused(env: Env) -> None:
     done = env.ssh("-N", "-o", "ExitOnForwardFailure=yes", "-R", "0:127.0.0.1:9", "notebook-1")
     assert done.returncode == 255
     assert "remote port forwarding failed" in done.stderr.lower(), done.stderr
+
+
+def test_a_connection_may_try_only_a_few_keys(env: Env) -> None:
+    """Each key a client offers costs a lookup: past MAX_KEYS_PER_CONNECTION, even a registered key is refused."""
+    strangers = [asyncssh.generate_private_key("ssh-ed25519") for _ in range(MAX_KEYS_PER_CONNECTION)]
+    alice = asyncssh.read_private_key(str(env.root / "alice"))
+
+    async def sign_in(keys: list[asyncssh.SSHKey]) -> bool:
+        try:
+            async with asyncssh.connect(
+                HOST, env.gateway.port, username="alice", client_keys=keys, known_hosts=None, agent_path=None
+            ):
+                return True
+        except asyncssh.PermissionDenied:
+            return False
+
+    assert asyncio.run(sign_in([*strangers[:3], alice])) is True
+    assert asyncio.run(sign_in([*strangers, alice])) is False
 
 
 def test_the_gateway_has_no_shell(env: Env) -> None:
