@@ -5,6 +5,9 @@
 - authorized_keys: the owner's registered public keys, one per line, rewritten atomically whenever the owner
   adds or deletes a key (the agent re-reads it when its mtime changes).
 
+Mount the directory that holds authorized_keys into the sandbox, not the file: the file is replaced by a rename,
+and a bind mount of a single file keeps showing the old inode.
+
 Stdlib and asyncssh only: the agent imports this inside the sandbox, where no server module is wanted.
 """
 
