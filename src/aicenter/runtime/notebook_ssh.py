@@ -254,7 +254,14 @@ class Agent:
         """Run the client's command (or an interactive shell) with a pty if one was asked for, else with pipes."""
         shell = _shell()
         command = process.command
-        argv = [shell, "-i"] if command is None else [shell, "-c", _text(command)]
+        if command is not None:
+            argv = [shell, "-c", _text(command)]
+        elif process.term_type:
+            # Interactive (reads ~/.bashrc), not a login shell: /etc/profile resets PATH for non-root users
+            # on Debian-like images, which would hide the notebook's own environment (its venv, conda).
+            argv = [shell, "-i"]
+        else:
+            argv = [shell]  # `ssh -T host < script`: the shell reads commands from stdin, as sshd's does
         env = self.environment(process)
         try:
             if process.term_type:

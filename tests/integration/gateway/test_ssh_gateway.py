@@ -195,6 +195,13 @@ def test_client_environment_and_stdin_reach_the_command(env: Env) -> None:
     assert done.stdout.split() == ["42", "5"]  # the client's EOF ended wc's input
 
 
+def test_a_shell_without_a_pty_reads_its_stdin(env: Env) -> None:
+    done = env.ssh("-T", "notebook-1", stdin="cd /; pwd\necho $FOO\nexit 6\n")
+    assert done.returncode == 6, done.stderr
+    assert done.stdout.split() == ["/", "from-the-notebook"]
+    assert done.stderr == ""  # no "no job control" noise: the shell is not forced interactive
+
+
 def test_interactive_shell_with_a_pty(env: Env) -> None:
     done = env.ssh("-tt", "notebook-1", stdin="tty\necho pty-$((6*7))\nexit 5\n")
     assert done.returncode == 5, done.stderr
