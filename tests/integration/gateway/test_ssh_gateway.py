@@ -25,11 +25,13 @@ from typing import Any, TypeVar
 import asyncssh
 import pytest
 
+from aicenter.core.ssh import GATEWAY_ALIAS, ssh_config
 from aicenter.gateway.ssh import GATEWAY_HINT, MAX_KEYS_PER_CONNECTION, GatewayUser, SshGateway
 from aicenter.runtime.sshfiles import write_authorized_keys, write_host_key
 
 HOST = "127.0.0.83"  # the agent and the gateway; the client's forwarded ports too
 T = TypeVar("T")
+NOTEBOOKS = ("notebook-1", "notebook-2", "notebook-9")
 SRC = Path(__file__).resolve().parents[3] / "src"
 
 
@@ -56,16 +58,24 @@ class Env:
     activity: list[str] = field(default_factory=list)
 
     def config(self, who: str) -> Path:
-        """An ssh config for ``who``'s key: the gateway as ``gw``, notebooks as ``notebook-N`` behind it."""
+        """An ssh config for ``who``'s key as ``aicenter notebook ssh-config`` writes it (core.ssh), one block per
+        notebook name the tests use, plus what keeps the test hermetic (its own known_hosts, no prompts)."""
         path = self.root / f"ssh_config_{who}"
         if not path.exists():
+            blocks = [
+                ssh_config(
+                    alias=alias,
+                    gateway_host=HOST,
+                    gateway_port=self.gateway.port,
+                    user=who,
+                    identity_file=str(self.root / who),
+                )
+                for alias in NOTEBOOKS
+            ]
             path.write_text(
-                f"Host gw\n  HostName {HOST}\n  Port {self.gateway.port}\n"
-                "Host notebook-*\n  ProxyJump gw\n"
-                f"Host *\n  User {who}\n  IdentityFile {self.root / who}\n  IdentitiesOnly yes\n"
-                f"  UserKnownHostsFile {self.root / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
-                "  StrictHostKeyChecking yes\n  BatchMode yes\n  ControlMaster no\n"
-                "  ConnectTimeout 10\n"
+                "\n".join(blocks)
+                + f"\nHost *\n  UserKnownHostsFile {self.root / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
+                "  StrictHostKeyChecking yes\n  BatchMode yes\n  ControlMaster no\n  ConnectTimeout 10\n"
             )
         return path
 
@@ -370,6 +380,6 @@ def test_a_connection_may_try_only_a_few_keys(env: Env) -> None:
 
 
 def test_the_gateway_has_no_shell(env: Env) -> None:
-    done = env.ssh("gw")
+    done = env.ssh(GATEWAY_ALIAS)
     assert done.returncode == 1
     assert GATEWAY_HINT.strip() in done.stderr
