@@ -22,8 +22,11 @@ import asyncssh
 __all__ = ["public_host_key", "write_authorized_keys", "write_host_key"]
 
 
-def write_host_key(path: Path) -> str:
+def write_host_key(path: Path, *, owner: tuple[int, int] | None = None) -> str:
     """Generate an ed25519 host key at ``path`` (0600) unless one is there; return its public line.
+
+    ``owner`` (uid, gid): who the file belongs to, for an agent that runs under the workspace's uid (a server
+    running as root passes it; the agent must be able to read its key). Applied to an existing key too.
 
     The key is written to a temporary name and linked into place, so two concurrent callers never leave a
     half-written key, and the first one's key wins.
@@ -40,6 +43,8 @@ def write_host_key(path: Path) -> str:
                 os.link(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+    if owner is not None:
+        os.chown(path, *owner)
     return public_host_key(path)
 
 
