@@ -1,4 +1,1 @@
-"""Data planes: the SSH gateway to notebooks (and, later, the notebook and inference proxies).
-
-No database access per request or per byte: callers hand in callbacks that do their lookups once per connection.
-"""
+"""Data planes: the notebook proxy (HTTP + WebSocket) and the SSH gateway. No database access per request."""
