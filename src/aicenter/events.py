@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EventBus", "alerts_outbox", "jobs_changed", "notify_after_commit"]
+__all__ = ["EventBus", "alerts_outbox", "jobs_changed", "notify_after_commit", "ssh_keys_changed"]
 
 
 class EventBus:
@@ -49,6 +49,10 @@ jobs_changed = EventBus()
 
 alerts_outbox = EventBus()
 """Notifications were queued: the alert delivery loop has work."""
+
+
+ssh_keys_changed = EventBus()
+"""A user added or deleted an SSH key: running notebooks' authorized_keys files are due to be rewritten."""
 
 
 def notify_after_commit(session: AsyncSession) -> None:

@@ -13,7 +13,7 @@ from typer._click import exceptions as click_exc
 from typer.core import TyperGroup
 
 from aicenter import __version__
-from aicenter.cli import admin, alerts, auth, catalog, inventory, jobs, tenancy
+from aicenter.cli import admin, alerts, auth, catalog, inventory, jobs, ssh_keys, tenancy
 from aicenter.cli.common import STATE, CliError, Output, OutputOpt
 from aicenter.cli.simulate import simulate
 from aicenter.cli.top import top
@@ -163,6 +163,7 @@ app.command("whoami")(auth.whoami)
 app.command("top")(top)
 app.add_typer(auth.profile_app, name="profile")
 app.add_typer(auth.token_app, name="token")
+app.add_typer(ssh_keys.ssh_key_app, name="ssh-key")
 app.add_typer(tenancy.user_app, name="user")
 app.add_typer(tenancy.workspace_app, name="workspace")
 app.add_typer(tenancy.member_app, name="member")

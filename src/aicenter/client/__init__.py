@@ -7,6 +7,7 @@
 
 from aicenter.client._base import UNSET
 from aicenter.client._latest import LatestValue
+from aicenter.client._ssh_keys import SshKey
 from aicenter.client.client import Client
 from aicenter.client.errors import ApiError, ConnectionFailed
 from aicenter.client.models import (
@@ -76,6 +77,7 @@ __all__ = [
     "SeriesData",
     "SeriesPoint",
     "Spec",
+    "SshKey",
     "StorageUsage",
     "Token",
     "TokenCreated",

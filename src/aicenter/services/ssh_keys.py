@@ -20,6 +20,7 @@ from aicenter.core.errors import Conflict, NotFound, QuotaExceeded, SshKeyInvali
 from aicenter.core.names import check_text
 from aicenter.core.roles import UserState
 from aicenter.db.models import SshKey, User
+from aicenter.events import ssh_keys_changed
 from aicenter.services import audit
 from aicenter.services.context import Actor
 
@@ -147,6 +148,7 @@ async def add_key(session: AsyncSession, actor: Actor, *, name: str | None, publ
     audit.record(
         session, actor, "ssh_key.add", "ssh_key", key.id, details={"name": name, "fingerprint": key.fingerprint}
     )
+    ssh_keys_changed.notify_after_commit(session)
     return key
 
 
@@ -169,6 +171,7 @@ async def delete_key(session: AsyncSession, actor: Actor, key_id: int) -> None:
         session, actor, "ssh_key.delete", "ssh_key", key.id, details={"name": key.name, "fingerprint": key.fingerprint}
     )
     await session.delete(key)
+    ssh_keys_changed.notify_after_commit(session)
 
 
 async def authorized_keys(session: AsyncSession, user_id: int) -> list[str]:

@@ -9,6 +9,9 @@ from sqlalchemy import func, select
 
 from aicenter.db.engine import Database
 from aicenter.db.models import AuditEvent, SshKey
+from aicenter.events import ssh_keys_changed
+from aicenter.gateway.ssh import GatewayUser
+from aicenter.gateway.ssh_lookup import key_authenticator
 from aicenter.services import ssh_keys, tenancy
 from tests.factories import ADMIN, make_user
 
@@ -122,3 +125,28 @@ async def test_gateway_lookups(client: httpx.AsyncClient, db: Database) -> None:
         await tenancy.freeze_user(session, ADMIN, alice.user_id)
     async with db.write() as session:
         assert await ssh_keys.user_for_key(session, key) is None  # a frozen user's keys open nothing
+
+
+async def test_the_gateways_authenticator(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    key = _key()
+    await client.post("/api/v1/ssh-keys", json={"public_key": _line(key)}, headers=alice.headers)
+    authenticate = key_authenticator(db)
+    assert await authenticate(key) == GatewayUser(alice.user_id, "alice")
+    assert await authenticate(_key()) is None
+
+
+async def test_changes_wake_whoever_rewrites_the_notebooks_key_files(client: httpx.AsyncClient, db: Database) -> None:
+    alice = await make_user(db, client, "alice")
+    woken: list[int] = []
+    unsubscribe = ssh_keys_changed.subscribe(lambda: woken.append(1))
+    try:
+        bad = await client.post("/api/v1/ssh-keys", json={"public_key": "nope"}, headers=alice.headers)
+        assert bad.status_code == 422
+        assert woken == []  # nothing committed, nobody woken
+        r = await client.post("/api/v1/ssh-keys", json={"public_key": _line(_key())}, headers=alice.headers)
+        assert woken == [1]
+        await client.delete(f"/api/v1/ssh-keys/{r.json()['id']}", headers=alice.headers)
+        assert woken == [1, 1]
+    finally:
+        unsubscribe()

@@ -9,8 +9,10 @@ from aicenter.core.errors import SshKeyInvalid
 from aicenter.services.ssh_keys import parse_public_key
 
 
-def _public(algorithm: str, **kwargs: int) -> str:
-    return asyncssh.generate_private_key(algorithm, **kwargs).export_public_key().decode().strip()
+def _public(algorithm: str, key_size: int = 2048) -> str:
+    key = asyncssh.generate_private_key(algorithm, key_size=key_size) if algorithm == "ssh-rsa" else None
+    key = key or asyncssh.generate_private_key(algorithm)
+    return key.export_public_key().decode().strip()
 
 
 def test_ed25519_is_normalized_with_its_comment_and_fingerprint() -> None:

@@ -1,4 +1,4 @@
-"""My profile (name, e-mail, default workspace, password) and my API tokens."""
+"""My profile (name, e-mail, default workspace, password, SSH keys) and my API tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, ValidationFailed
-from aicenter.services import auth, tenancy
+from aicenter.services import auth, ssh_keys, tenancy
 from aicenter.web.console import Console, Page, Post, redirect, render
 from aicenter.web.forms import FormState, failed_form
 
@@ -18,18 +18,23 @@ router = APIRouter()
 PROFILE_FIELDS = ("display_name", "email", "default_workspace_id")
 PASSWORD_FIELDS = ("current_password", "new_password", "new_password_confirm")
 TOKEN_FIELDS = ("name", "expires_on")
+SSH_KEY_FIELDS = ("public_key", "name")
 
 
 # --- profile -----------------------------------------------------------------------------------------------
 
 
-def _profile(cx: Console, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
-    return render(cx, "account/profile.html", active="profile", title="My profile", forms=forms, status=status)
+async def _profile(cx: Console, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
+    async with cx.ctx.db.read() as session:
+        keys = await ssh_keys.list_keys(session, cx.actor)
+    return render(
+        cx, "account/profile.html", active="profile", title="My profile", forms=forms, status=status, ssh_keys=keys
+    )
 
 
 @router.get("/profile")
 async def profile(cx: Page) -> Response:
-    return _profile(cx)
+    return await _profile(cx)
 
 
 @router.post("/profile")
@@ -48,7 +53,7 @@ async def update_profile(post: Post) -> Response:
                 default_workspace_id=int(raw_default) if raw_default else None,
             )
     except AicenterError as exc:
-        return _profile(cx, forms=[failed_form("profile", post.values, exc, PROFILE_FIELDS)], status=exc.status)
+        return await _profile(cx, forms=[failed_form("profile", post.values, exc, PROFILE_FIELDS)], status=exc.status)
     return redirect(cx, "/profile", "Your profile was saved.")
 
 
@@ -72,10 +77,30 @@ async def change_password(post: Post) -> Response:
             raise wrong
     except AicenterError as exc:
         state = failed_form("password", {}, exc, PASSWORD_FIELDS, aliases={"password": "new_password"})
-        return _profile(cx, forms=[state], status=exc.status)
+        return await _profile(cx, forms=[state], status=exc.status)
     # Other sessions and CLI logins were revoked; drop them from this replica's cache at once.
     cx.ctx.tokens.forget()
     return redirect(cx, "/profile", "Your password was changed. Your other sessions were signed out.")
+
+
+@router.post("/profile/ssh-keys")
+async def add_ssh_key(post: Post) -> Response:
+    cx = post.cx
+    try:
+        async with cx.ctx.db.write() as session:
+            key = await ssh_keys.add_key(session, cx.actor, name=post.get("name"), public_key=post.get("public_key"))
+    except AicenterError as exc:
+        state = failed_form("ssh-key", post.values, exc, SSH_KEY_FIELDS)
+        return await _profile(cx, forms=[state], status=exc.status)
+    return redirect(cx, "/profile#ssh-keys", f"SSH key {key.name} was added.")
+
+
+@router.post("/profile/ssh-keys/{key_id:int}/delete")
+async def delete_ssh_key(key_id: Id, post: Post) -> Response:
+    cx = post.cx
+    async with cx.ctx.db.write() as session:
+        await ssh_keys.delete_key(session, cx.actor, key_id)
+    return redirect(cx, "/profile#ssh-keys", "The SSH key was deleted.")
 
 
 # --- tokens ------------------------------------------------------------------------------------------------
