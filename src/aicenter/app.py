@@ -34,9 +34,11 @@ from aicenter.controllers import (
 from aicenter.controllers.base import Controller
 from aicenter.db import migrate
 from aicenter.db.engine import Database
+from aicenter.events import ssh_keys_changed
 from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor, unsandboxed_reason
 from aicenter.gateway.notebooks import NotebookGateway
+from aicenter.gateway.ssh_notebooks import refresh_keys_soon, start_ssh_gateway
 from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
@@ -193,6 +195,9 @@ def create_app(
             await controller.prepare()
         for controller in controllers:
             controller.start()
+        ssh = await start_ssh_gateway(settings, db, app.state.notebook_gateway)
+        app.state.ssh_gateway = ssh
+        unsubscribe = ssh_keys_changed.subscribe(lambda: refresh_keys_soon(db, settings.jobs_path))
         # Move the ~200k objects of imports and start-up out of the collector's view: full collections then
         # scan only request garbage, which shortens the pauses that show up as p99 latency.
         gc.freeze()
@@ -200,6 +205,9 @@ def create_app(
             yield
         finally:
             await app.state.metrics.platform.close()
+            unsubscribe()
+            if ssh is not None:
+                await ssh.close()
             await app.state.notebook_gateway.close()
             for controller in controllers:
                 await controller.stop()

@@ -15,10 +15,12 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,9 +29,11 @@ import pytest
 from aicenter.config import Settings
 from aicenter.controllers.notebook_culler import NotebookCuller
 from aicenter.core.clock import utcnow
+from aicenter.core.ssh import ssh_config
 from aicenter.db.engine import Database
 from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
 from tests.support.jupyter import execute, start_kernel, wait_for_lab
+from tests.support.servers import free_port
 from tests.support.wheels import build_tiny_wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -245,3 +249,88 @@ def _run_culler(settings: Settings, now: datetime) -> tuple[list[int], dict[int,
             await db.dispose()
 
     return asyncio.run(once())
+
+
+def _ssh_key(tmp: Path, name: str) -> Path:
+    key = tmp / f"{name}_ed25519"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+    return key
+
+
+def test_the_owner_reaches_her_notebook_with_ssh_sftp_and_a_forward_and_nobody_else_does(
+    world: dict[str, Any],
+) -> None:
+    alice, tmp = _http(world, "alice"), world["tmp"]
+    notebook_id = world["notebook"]
+    if alice.get(f"/api/v1/notebooks/{notebook_id}").json()["status"] != "running":
+        assert alice.post(f"/api/v1/notebooks/{notebook_id}/start").status_code == 200
+    wait_for_lab(alice, notebook_id, DEADLINE_S)
+    keys = {name: _ssh_key(tmp, name) for name in ("alice", "bob")}
+    for name, key in keys.items():
+        with _http(world, name) as http:
+            added = http.post("/api/v1/ssh-keys", json={"public_key": key.with_suffix(".pub").read_text()})
+            assert added.status_code == 201, added.text
+    access = alice.get(f"/api/v1/notebooks/{notebook_id}/ssh").json()
+    assert access["host_alias"] == f"notebook-{notebook_id}"
+    known = tmp / "known_hosts"
+    known.write_text("".join(f"{line}\n" for line in access["known_hosts"]))
+
+    def ssh(user: str, *args: str, program: str = "ssh", stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        config = tmp / f"ssh_config_{user}"
+        config.write_text(
+            ssh_config(
+                alias=access["host_alias"],
+                gateway_host=access["gateway_host"],
+                gateway_port=access["gateway_port"],
+                user=user,
+                identity_file=str(keys[user]),
+                known_hosts_file=str(known),
+            )
+        )
+        options = ["-F", str(config), "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
+                   "-o", "BatchMode=yes"]  # fmt: skip
+        return subprocess.run([program, *options, *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+    alias = access["host_alias"]
+    shell = ssh("alice", alias, "pwd; id -u; echo $AICENTER_JOB_ID; test -f train.py && exit 7")
+    assert shell.returncode == 7, shell.stderr
+    work = str(world["server"].home / "jobs" / str(notebook_id) / "work")
+    cwd, uid, job = shell.stdout.split()
+    assert (cwd, job) == (work, str(notebook_id)), shell.stdout
+    assert int(uid) >= 200_000, "the session runs as the workspace's uid, inside the sandbox"
+    (tmp / "up.txt").write_text("from my laptop\n")
+    batch = f"put {tmp / 'up.txt'} up.txt\nget train.py {tmp / 'down.py'}\n"
+    copied = ssh("alice", "-b", "-", alias, program="sftp", stdin=batch)
+    assert copied.returncode == 0, copied.stderr
+    assert "import tinypkg" in (tmp / "down.py").read_text()
+    assert (Path(work) / "up.txt").read_text() == "from my laptop\n"
+
+    # ssh -L to the notebook's own loopback: JupyterLab's port there answers (and wants its token).
+    port = alice.get(f"/api/v1/notebooks/{notebook_id}").json()["replicas"][-1]["ports"][-2]
+    local = free_port()
+    forward = subprocess.Popen(
+        ["ssh", "-F", str(tmp / "ssh_config_alice"), "-o", f"UserKnownHostsFile={known}", "-o", "BatchMode=yes",
+         "-o", "ExitOnForwardFailure=yes", "-N", "-L", f"127.0.0.1:{local}:127.0.0.1:{port}", alias],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{local}/notebooks/{notebook_id}/api/status", timeout=5)
+                break
+            except httpx.TransportError:
+                if forward.poll() is not None or time.monotonic() > deadline:
+                    forward.kill()
+                    pytest.fail(f"the forward never opened: {forward.communicate()[1]}")
+                time.sleep(0.2)  # polling interval: the loop exits once the forward answers
+        assert answer.status_code == 403  # JupyterLab itself: no token, no entry
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+    # bob has a registered key but it is not his notebook: the gateway refuses the hop.
+    refused = ssh("bob", alias, "true")
+    assert refused.returncode == 255
+    assert "administratively prohibited" in refused.stderr or "open failed" in refused.stderr, refused.stderr

@@ -6,9 +6,11 @@ exercised with the system ``ssh``, ``sftp`` and ``scp`` in tests/integration/gat
 
 from __future__ import annotations
 
-__all__ = ["GATEWAY_ALIAS", "known_hosts_lines", "ssh_config"]
+__all__ = ["GATEWAY_ALIAS", "KNOWN_HOSTS_FILE", "known_hosts_lines", "ssh_config"]
 
 GATEWAY_ALIAS = "aicenter-gateway"
+KNOWN_HOSTS_FILE = "~/.aicenter/ssh/known_hosts"
+"""Where ``aicenter notebook ssh-config`` keeps the host keys it trusts, and what the config it prints names."""
 
 
 def _host_pattern(host: str, port: int) -> str:
@@ -23,6 +25,7 @@ def ssh_config(
     gateway_port: int,
     user: str,
     identity_file: str | None = None,
+    known_hosts_file: str | None = None,
     gateway_alias: str = GATEWAY_ALIAS,
 ) -> str:
     """``Host`` blocks for ``~/.ssh/config``: the gateway, and the notebook ``alias`` (e.g. ``notebook-42``) as a
@@ -30,9 +33,12 @@ def ssh_config(
 
     ``HostKeyAlias`` pins the notebook's host key under its alias whatever the target is called; the gateway
     resolves the alias to the notebook's agent. ``identity_file`` adds ``IdentityFile`` + ``IdentitiesOnly``
-    to both blocks (OpenSSH passes no ``-i`` option to a jump host, only the config).
+    to both blocks (OpenSSH passes no ``-i`` option to a jump host, only the config). ``known_hosts_file`` adds
+    ``UserKnownHostsFile`` to both, for the same reason (``KNOWN_HOSTS_FILE`` is where the CLI writes them).
     """
     identity = f"  IdentityFile {identity_file}\n  IdentitiesOnly yes\n" if identity_file else ""
+    if known_hosts_file:
+        identity += f"  UserKnownHostsFile {known_hosts_file}\n"
     return (
         f"Host {gateway_alias}\n"
         f"  HostName {gateway_host}\n"

@@ -7,6 +7,7 @@ JupyterLab itself is served under ``/notebooks/{id}/`` (``notebook_proxy.py``), 
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request, status
 
@@ -21,8 +22,12 @@ from aicenter.api.schemas.notebooks import (
     NotebookSave,
     NotebookUpdate,
     SavedOut,
+    SshAccessOut,
     TrainSpecOut,
 )
+from aicenter.config import Settings
+from aicenter.core.errors import Unavailable
+from aicenter.core.ssh import KNOWN_HOSTS_FILE, known_hosts_lines, ssh_config
 from aicenter.services import notebooks
 
 router = APIRouter(prefix="/api/v1/notebooks", tags=["notebooks"], responses=ERROR_RESPONSES)
@@ -131,6 +136,50 @@ async def save_notebook(notebook_id: Id, body: NotebookSave, ctx: Ctx, actor: Cu
 async def train_spec(notebook_id: Id, actor: CurrentActor, session: ReadSession) -> TrainSpecOut:
     """A training job spec prefilled from the notebook (its latest saved version, image, datasets, resources)."""
     return TrainSpecOut(spec=await notebooks.train_spec(session, actor, notebook_id))
+
+
+@router.get("/{notebook_id}/ssh", openapi_extra=access(Access.USER))
+async def ssh_access(
+    notebook_id: Id, request: Request, ctx: Ctx, actor: CurrentActor, session: ReadSession
+) -> SshAccessOut:
+    """How to reach the notebook with ssh, sftp, VS Code or PyCharm (its owner): the gateway, the ProxyJump config
+    and the host keys to trust. Register a public key first (POST /api/v1/ssh-keys)."""
+    gateway = getattr(request.app.state, "ssh_gateway", None)
+    if gateway is None:
+        raise Unavailable("this server runs no SSH gateway (AICENTER_SSH_PORT=-1, or its port was taken: see its log)")
+    notebook_key = await notebooks.notebook_host_key(session, actor, notebook_id, ctx.settings.jobs_path)
+    host = ssh_public_host(ctx.settings)
+    alias = notebooks.ssh_host_alias(notebook_id)
+    return SshAccessOut(
+        user=actor.username,
+        gateway_host=host,
+        gateway_port=gateway.port,
+        host_alias=alias,
+        known_hosts=known_hosts_lines(
+            gateway_host=host,
+            gateway_port=gateway.port,
+            gateway_key=gateway.host_public_key,
+            alias=alias,
+            notebook_key=notebook_key,
+        ),
+        config=ssh_config(
+            alias=alias,
+            gateway_host=host,
+            gateway_port=gateway.port,
+            user=actor.username,
+            known_hosts_file=KNOWN_HOSTS_FILE,
+        ),
+    )
+
+
+def ssh_public_host(settings: Settings) -> str:
+    """The host name users' SSH clients connect to: configured, else the public URL's, else where it listens."""
+    if settings.ssh_public_host:
+        return settings.ssh_public_host
+    if settings.public_url and (name := urlsplit(settings.public_url).hostname):
+        return name
+    host = settings.ssh_host or settings.host
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104 - compared, never bound
 
 
 @router.delete("/{notebook_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))

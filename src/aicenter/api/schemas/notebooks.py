@@ -135,3 +135,15 @@ class SavedOut(Schema):
 
 class TrainSpecOut(Schema):
     spec: dict[str, Any] = Field(description="A train job spec prefilled from the notebook; edit its command.")
+
+
+class SshAccessOut(Schema):
+    """How an SSH client (ssh, sftp, VS Code Remote-SSH, PyCharm) reaches the notebook: ProxyJump through the
+    platform's SSH gateway, with the owner's registered key on both hops."""
+
+    user: str = Field(description="The user name on both hops (the platform user).")
+    gateway_host: str
+    gateway_port: int
+    host_alias: str = Field(description="The notebook's name behind the gateway: notebook-<id>.")
+    known_hosts: list[str] = Field(description="known_hosts lines for the gateway and the notebook.")
+    config: str = Field(description="~/.ssh/config blocks: the gateway, and the notebook as a ProxyJump through it.")

@@ -7,7 +7,14 @@ reads and writes (``_idle``). Who may do what: members of the workspace see a no
 force-stop it (``jobs.force_stop``) but never open it.
 """
 
-from aicenter.services.notebooks._connect import Endpoint, endpoints, prepare_state, write_authorized_keys
+from aicenter.services.notebooks._connect import (
+    Endpoint,
+    endpoints,
+    notebook_host_key,
+    prepare_state,
+    refresh_authorized_keys,
+    write_authorized_keys,
+)
 from aicenter.services.notebooks._idle import RunningNotebook, apply_idle, load_running, record_proxy_activity
 from aicenter.services.notebooks._lifecycle import (
     create_notebook,
@@ -35,9 +42,11 @@ __all__ = [
     "list_notebooks",
     "load_notebook",
     "load_running",
+    "notebook_host_key",
     "notebook_views",
     "prepare_state",
     "record_proxy_activity",
+    "refresh_authorized_keys",
     "require_owner",
     "save_notebook",
     "set_idle_timeout",

@@ -16,16 +16,29 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.core.errors import Conflict
 from aicenter.core.jobs import JobKind, JobStatus, ReplicaStatus
 from aicenter.db.engine import Database
 from aicenter.db.models import Job, Node, Replica
+from aicenter.runtime.sshfiles import public_host_key
 from aicenter.services import jobs, ssh_keys
+from aicenter.services.context import Actor
+from aicenter.services.notebooks._lifecycle import require_owner
+from aicenter.services.notebooks._views import load_notebook
 
-__all__ = ["Endpoint", "endpoints", "prepare_state", "write_authorized_keys"]
+__all__ = [
+    "Endpoint",
+    "endpoints",
+    "notebook_host_key",
+    "prepare_state",
+    "refresh_authorized_keys",
+    "write_authorized_keys",
+]
 
 HOST_KEY_FILE = "host_key"
 AUTHORIZED_KEYS_FILE = "authorized_keys"
 _OPEN = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
+_PLACED = (JobStatus.SCHEDULED.value,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +136,36 @@ async def _owner_keys(db: Database, user_id: int | None) -> list[str]:
         return []
     async with db.read() as session:
         return await ssh_keys.authorized_keys(session, user_id)
+
+
+async def refresh_authorized_keys(db: Database, jobs_path: Path) -> int:
+    """Rewrite the authorized keys of every notebook that runs (or starts) from its owner's keys now: a key
+    added while a notebook runs works at once, a deleted one stops working. Returns how many were written."""
+    async with db.read() as session:
+        owners = (
+            await session.execute(
+                select(Job.id, Job.user_id).where(Job.kind == JobKind.NOTEBOOK.value, Job.status.in_(_OPEN + _PLACED))
+            )
+        ).all()
+        keys = {user: await ssh_keys.authorized_keys(session, user) for user in {u for _, u in owners if u}}
+    for job_id, user in owners:
+        state = jobs.job_dirs(jobs_path, job_id).notebook
+        if state.exists():
+            await asyncio.to_thread(write_authorized_keys, state, keys.get(user, []) if user else [])
+    return len(owners)
+
+
+async def notebook_host_key(session: AsyncSession, actor: Actor, job_id: int, jobs_path: Path) -> str:
+    """The public line of the notebook's SSH host key, for its owner's ``known_hosts``.
+
+    Raises:
+        NotFound: No such notebook for the actor.
+        Forbidden: Not its owner.
+        Conflict: It never started (its host key is made at its first start).
+    """
+    job = await load_notebook(session, actor, job_id)
+    require_owner(actor, job, "connect to")
+    path = jobs.job_dirs(jobs_path, job_id).notebook / HOST_KEY_FILE
+    if not path.exists():
+        raise Conflict(f"notebook {job_id} has not started yet: its SSH host key is made when it first starts")
+    return await asyncio.to_thread(public_host_key, path)
