@@ -7,6 +7,7 @@ that requests under the API's prefixes still get exactly the API's answer.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 # Paths that belong to machines (REST API, inference, metrics), never to the console.
 NON_CONSOLE_PREFIXES = ("/api", "/serve", "/metrics", "/static")
+# A notebook's JupyterLab under the platform's proxy: its clients read JSON errors, not the console's pages
+# (the console's own notebook pages are /notebooks and /notebooks/<id>, without anything after).
+_NOTEBOOK_PROXY = re.compile(r"/notebooks/[0-9]+/")
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -42,6 +46,8 @@ _TITLES = {
 
 
 def is_console_path(path: str) -> bool:
+    if _NOTEBOOK_PROXY.match(path):
+        return False
     return not any(path == p or path.startswith(p + "/") for p in NON_CONSOLE_PREFIXES)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.core.errors import Conflict, Forbidden, InvalidTransition
+from aicenter.core.errors import AicenterError, Conflict, Forbidden, InvalidTransition
 from aicenter.core.jobs import RESUMABLE, JobKind, JobStatus, ReplicaStatus
 from aicenter.core.jobs.notebooks import check_idle_timeout, parse_notebook_spec
 from aicenter.core.roles import WorkspaceRole
@@ -74,7 +74,10 @@ async def create_notebook(
         QuotaExceeded: Larger than the workspace's quota.
     """
     spec, job_spec = parse_notebook_spec(source)
-    view = await jobs.submit_job(session, actor, job_spec.normalized(), workspace_id=workspace_id, notebook=True)
+    try:
+        view = await jobs.submit_job(session, actor, job_spec.normalized(), workspace_id=workspace_id, notebook=True)
+    except AicenterError as exc:
+        raise _as_notebook_field(exc) from None
     job = view.job
     await _check_name_free(session, job)
     item_id = None
@@ -85,6 +88,20 @@ async def create_notebook(
     session.add(Notebook(job_id=job.id, idle_timeout_s=spec.idle_timeout_s, algorithm_item_id=item_id))
     await session.flush()
     return job.id
+
+
+def _as_notebook_field(exc: AicenterError) -> AicenterError:
+    """The job's ``tasks[0].resources.x`` is the notebook's ``resources.x``: name the field its author wrote."""
+    field = exc.details.get("field")
+    if not isinstance(field, str) or not field.startswith(_TASK):
+        return exc
+    exc.details["field"] = field.removeprefix(_TASK)
+    exc.message = exc.message.replace(field, exc.details["field"], 1)
+    exc.args = (exc.message,)
+    return exc
+
+
+_TASK = "tasks[0]."
 
 
 async def start_notebook(session: AsyncSession, actor: Actor, job_id: int) -> None:
