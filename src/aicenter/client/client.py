@@ -7,12 +7,23 @@ from aicenter.client._auth import AuthMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
 from aicenter.client._latest import LatestMixin
+from aicenter.client._notebooks import NotebooksMixin
 from aicenter.client._series import SeriesMixin
 from aicenter.client._tenancy import TenancyMixin
 from aicenter.client.transfer import TransferMixin
 
 
-class Client(AuthMixin, TenancyMixin, InventoryMixin, TransferMixin, JobsMixin, SeriesMixin, LatestMixin, AlertsMixin):
+class Client(
+    AuthMixin,
+    TenancyMixin,
+    InventoryMixin,
+    TransferMixin,
+    JobsMixin,
+    NotebooksMixin,
+    SeriesMixin,
+    LatestMixin,
+    AlertsMixin,
+):
     """A synchronous client of an aicenter server.
 
     Every call raises :class:`~aicenter.client.ApiError` on an error answer and
