@@ -78,46 +78,35 @@ def write_known_hosts(lines: Iterable[str], path: Path | None = None) -> Path:
 
 def ssh_argv(ssh: str, info: NotebookSsh, known_hosts: Path, extra: Sequence[str] = ()) -> list[str]:
     """The ``ssh`` command line that reaches the notebook through the gateway, both hops checked strictly
-    against ``known_hosts``; ``extra`` (options, then a remote command) goes last, as ssh reads it."""
+    against ``known_hosts``; ``extra`` (options, then a remote command) goes last, as ssh reads it. An ``-i KEY``
+    among ``extra`` is given to the gateway hop too: the gateway knows the user by the same key."""
+    options, command = _split(extra)
     checked = ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
-    jump = shlex.join(
-        [
-            ssh,
-            *checked,
-            "-p",
-            str(info.gateway_port),
-            "-l",
-            info.user,
-            "-W",
-            "[%h]:%p",
-            info.gateway_host,
-        ]
-    )
-    # ssh expands %h and %p in a ProxyCommand and runs it with the user's shell: shlex.join quotes the paths,
-    # and "[%h]:%p" is quoted too, so a shell never globs the brackets.
-    return [
-        ssh,
-        *checked,
-        "-o",
-        f"ProxyCommand={jump}",
-        *_options_first(extra, f"{info.user}@{info.host_alias}"),
-    ]
+    identities = [arg for i, arg in enumerate(options) if arg == "-i" or (i > 0 and options[i - 1] == "-i")]
+    identities += [arg for arg in options if arg.startswith("-i") and len(arg) > 2]
+    jump = [ssh, *checked, *identities, "-p", str(info.gateway_port), "-l", info.user, "-W", "[%h]:%p"]
+    # ssh expands %h and %p in a ProxyCommand and runs it with the user's shell: shlex.join quotes the paths and
+    # "[%h]:%p" (a shell would glob the brackets).
+    proxy = shlex.join([*jump, info.gateway_host])
+    return [ssh, *checked, "-o", f"ProxyCommand={proxy}", *options, f"{info.user}@{info.host_alias}", *command]
 
 
-def _options_first(extra: Sequence[str], host: str) -> list[str]:
-    """``extra`` split around the host: ssh reads options before the destination and a command after it, so
-    ``-- -L 8888:localhost:8888 nvidia-smi`` becomes ``-L 8888:localhost:8888 <host> nvidia-smi``."""
+_TAKES_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")  # ssh's options that take an argument (ssh(1) SYNOPSIS)
+
+
+def _split(extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``extra`` as (options, remote command): ssh reads options before the destination and the command after
+    it, so ``-L 8888:localhost:8888 nvidia-smi`` becomes ``-L 8888:localhost:8888 <host> nvidia-smi``."""
     options: list[str] = []
     rest = list(extra)
-    takes_value = set("BbcDEeFIiJLlmOoPpQRSWw")  # ssh's options that take an argument (ssh(1) SYNOPSIS)
     while rest and rest[0].startswith("-") and rest[0] != "--":
         arg = rest.pop(0)
         options.append(arg)
-        if len(arg) == 2 and arg[1] in takes_value and rest:
+        if len(arg) == 2 and arg[1] in _TAKES_VALUE and rest:
             options.append(rest.pop(0))
     if rest and rest[0] == "--":
         rest.pop(0)
-    return [*options, host, *rest]
+    return options, rest
 
 
 def ssh_config_block(config: str, known_hosts: Path) -> str:
