@@ -141,6 +141,19 @@ def test_train_spec(api: Client) -> None:
     api.stop_job(job.id)
 
 
+def test_train_spec_keeps_the_notebooks_workspace(api: Client) -> None:
+    """A notebook created in a workspace given by id (not named in its spec) trains in that workspace too, not in
+    the caller's default one."""
+    other = api.create_workspace("nb-other")  # its creator, a platform admin, is its admin
+    nb = api.create_notebook(NOTEBOOK_YAML.format(name="elsewhere"), workspace_id=other.id)
+    assert nb.workspace_id == other.id
+    spec = api.notebook_train_spec(nb.id)
+    assert spec["workspace"] == "nb-other"
+    job = api.submit_job(spec)
+    assert job.workspace_id == other.id
+    api.stop_job(job.id)
+
+
 def test_a_train_job_is_not_a_notebook(api: Client) -> None:
     job = api.submit_job(
         {"name": "plain", "tasks": [{"resources": {"cpu": 1, "memory": "128Mi"}, "command": "echo hi"}]}
