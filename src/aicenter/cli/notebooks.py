@@ -42,6 +42,11 @@ def _idle(nb: Notebook) -> str:
     return minutes if nb.own_idle_timeout_s is not None else f"{minutes} (default)"
 
 
+def _resources(nb: Notebook) -> str:
+    """``cpu=2 memory=4Gi``: a zero GPU count says nothing."""
+    return resources_text({k: v for k, v in nb.resources.items() if not (k == "gpu" and not v)})
+
+
 def _status(nb: Notebook) -> str:
     if nb.failure_reason and nb.status in ("failed", "stopped") and nb.failure_reason != nb.status:
         return f"{nb.status} ({nb.failure_reason})"
@@ -55,7 +60,7 @@ _COLUMNS: list[out.Column] = [
     ("WORKSPACE", lambda n: n.workspace_name),
     ("USER", lambda n: n.username),
     ("IMAGE", lambda n: n.image),
-    ("RESOURCES", lambda n: resources_text(n.resources)),
+    ("RESOURCES", _resources),
     ("IDLE TIMEOUT", _idle),
     ("CULL AT", lambda n: n.cull_at),
     ("SUBMITTED", lambda n: n.submitted_at),
@@ -71,7 +76,7 @@ _DETAIL: list[out.Column] = [
     ("image", lambda n: n.image),
     ("algorithm", lambda n: n.algorithm),
     ("datasets", lambda n: ", ".join(n.datasets)),
-    ("resources", lambda n: resources_text(n.resources)),
+    ("resources", _resources),
     ("idle timeout", _idle),
     ("idle since", lambda n: n.idle_since),
     ("cull at", lambda n: n.cull_at),
@@ -82,9 +87,13 @@ _DETAIL: list[out.Column] = [
     ("submitted", lambda n: n.submitted_at),
     ("started", lambda n: n.started_at),
     ("finished", lambda n: n.finished_at),
-    ("lab", lambda n: n.lab_url),
     ("ssh host", lambda n: n.ssh_host),
 ]
+
+
+def _detail(base_url: str) -> list[out.Column]:
+    """The detail rows, with JupyterLab's full address (the API gives its path on the server)."""
+    return [*_DETAIL, ("lab", lambda n: base_url + n.lab_url)]
 
 
 def _notebook_id(api: Client, ref: str, workspace: str | None) -> int:
@@ -228,7 +237,7 @@ def create(
     with client() as api:
         ws = None if not workspace and names_workspace else chosen_workspace(api, workspace)
         nb = api.create_notebook(source, workspace_id=ws)
-    out.show(nb, output, _DETAIL if output is Output.table else None)
+    out.show(nb, output, _detail(api.base_url) if output is Output.table else None)
     if output is Output.table:
         typer.echo(f"\n`aicenter notebook open {nb.name}` opens JupyterLab once it is running.", err=True)
 
@@ -258,7 +267,7 @@ def get(notebook: NotebookArg, workspace: WorkspaceOpt = None, output: OutputOpt
     if output is not Output.table:
         out.show(nb, output)
         return
-    out.show(nb, output, _DETAIL)
+    out.show(nb, output, _detail(api.base_url))
     for title, rows, columns in (("Replicas", nb.replicas, REPLICA_COLUMNS), ("Events", nb.events, EVENT_COLUMNS)):
         typer.echo(f"\n{title}")
         out.show(list(rows), output, columns)
