@@ -153,6 +153,16 @@ def test_train_spec_keeps_the_notebooks_workspace(api: Client) -> None:
     assert job.workspace_id == other.id
     api.stop_job(job.id)
 
+    # the same name in two workspaces: a name alone does not pick one
+    default = _create(api, "elsewhere")
+    assert default.workspace_id != other.id
+    with pytest.raises(ApiError) as ambiguous:
+        api.notebook_by_name("elsewhere")
+    assert (ambiguous.value.status, ambiguous.value.code) == (409, "conflict")
+    assert sorted(ambiguous.value.details["notebook_ids"]) == sorted([nb.id, default.id])
+    assert api.notebook_by_name("elsewhere", workspace_id=other.id).id == nb.id
+    assert api.notebook_by_name("elsewhere", workspace_id=default.workspace_id).id == default.id
+
 
 def test_a_train_job_is_not_a_notebook(api: Client) -> None:
     job = api.submit_job(

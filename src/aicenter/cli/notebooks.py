@@ -97,7 +97,8 @@ def _detail(base_url: str) -> list[out.Column]:
 
 
 def _notebook_id(api: Client, ref: str, workspace: str | None) -> int:
-    """A number (or ``#number``) is an id; anything else is the name of one of the caller's own notebooks."""
+    """A number (or ``#number``) is an id; anything else is the name of one of the caller's own notebooks (in the
+    chosen workspace; without one, a name found in several workspaces is refused rather than guessed)."""
     from aicenter.client import ApiError
 
     bare = ref.removeprefix("#")
@@ -107,6 +108,8 @@ def _notebook_id(api: Client, ref: str, workspace: str | None) -> int:
     try:
         return api.notebook_by_name(ref, workspace_id=ws).id
     except ApiError as exc:
+        if exc.code == "conflict":
+            raise CliError("conflict", exc.message.replace("name the workspace", "pass --workspace")) from None
         if exc.code != "not_found":
             raise
         where = "in your workspaces" if ws is None else "in the workspace"

@@ -77,20 +77,28 @@ class NotebooksMixin(BaseClient):
         return self._one(Notebook, "GET", f"/notebooks/{notebook_id}")
 
     def notebook_by_name(self, name: str, workspace_id: int | None = None) -> Notebook:
-        """My own notebook called ``name`` (in ``workspace_id``, else in any of my workspaces, newest first).
+        """My own notebook called ``name``, in ``workspace_id`` or else in whichever of my workspaces has one.
 
-        Names are unique per user and workspace, so within one workspace this is the one; across workspaces it
-        is the newest.
+        Names are unique per user and workspace, so within one workspace this is the one.
 
         Raises:
-            ApiError: ``not_found`` (404) when I have none of that name.
+            ApiError: ``not_found`` (404) when I have none of that name; ``conflict`` (409) when no workspace is
+                given and I have one of that name in several (a name must not pick one to stop or delete).
         """
         me = self._json("GET", "/users/me")["username"]
-        found = next(iter(self.list_notebooks(workspace_id=workspace_id, user=me, name=name)), None)
-        if found is None:
+        found = list(self.list_notebooks(workspace_id=workspace_id, user=me, name=name))
+        if not found:
             where = f" in workspace {workspace_id}" if workspace_id is not None else ""
             raise ApiError(404, "not_found", f"you have no notebook named {name!r}{where}")
-        return self.get_notebook(found.id)
+        if len(found) > 1:
+            places = ", ".join(f"{n.workspace_name or n.workspace_id} (notebook {n.id})" for n in found)
+            raise ApiError(
+                409,
+                "conflict",
+                f"you have notebooks named {name!r} in several workspaces: {places}; name the workspace or the id",
+                {"notebook_ids": [n.id for n in found]},
+            )
+        return self.get_notebook(found[0].id)
 
     def update_notebook(self, notebook_id: int, idle_timeout_s: int | None) -> Notebook:
         """Set the notebook's idle timeout: seconds (60 s..30 days), 0 never culls, None takes the default

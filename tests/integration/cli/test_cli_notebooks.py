@@ -109,6 +109,18 @@ def test_bad_input_is_one_line(admin_cli: Run, tmp_path: Path) -> None:
     assert "x" not in [n["name"] for n in as_json(admin_cli("notebook", "list", "-o", "json"))]  # type: ignore[union-attr,index]
 
 
+def test_a_name_in_two_workspaces_needs_the_workspace(admin_cli: Run) -> None:
+    first = _create(admin_cli, "twin")
+    assert admin_cli("workspace", "create", "twin-ws").exit_code == 0
+    second = _create(admin_cli, "twin", "-w", "twin-ws")
+    ambiguous = admin_cli("notebook", "stop", "twin")
+    assert ambiguous.exit_code == 1
+    assert "--workspace" in one_error_line(ambiguous, "conflict")
+    stopped = as_json(admin_cli("notebook", "stop", "twin", "-w", "twin-ws", "-o", "json"))
+    assert stopped["id"] == second["id"]  # type: ignore[index]
+    assert as_json(admin_cli("notebook", "get", str(first["id"]), "-o", "json"))["status"] == "queued"  # type: ignore[index]
+
+
 def test_idle_timeout(admin_cli: Run) -> None:
     nb = _create(admin_cli, "idle-nb")
     result = admin_cli("notebook", "idle-timeout", "idle-nb", "30")
