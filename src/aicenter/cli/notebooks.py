@@ -17,7 +17,15 @@ import typer
 
 from aicenter.cli import output as out
 from aicenter.cli.common import CliError, Output, OutputOpt, YesOpt, chosen_workspace, client, confirm, invalid, pairs
-from aicenter.cli.jobs import EVENT_COLUMNS, JOB_DETAIL, REPLICA_COLUMNS, WorkspaceOpt, resources_text, stream_logs
+from aicenter.cli.jobs import (
+    EVENT_COLUMNS,
+    FINISHED,
+    JOB_DETAIL,
+    REPLICA_COLUMNS,
+    WorkspaceOpt,
+    resources_text,
+    stream_logs,
+)
 from aicenter.cli.notebook_ssh import known_hosts_path, ssh_argv, ssh_config_block, write_known_hosts
 
 if TYPE_CHECKING:
@@ -302,7 +310,9 @@ def _lifecycle(action: str, notebook: str, workspace: str | None, output: Output
         nb_id = _notebook_id(api, notebook, workspace)
         nb = api.stop_notebook(nb_id) if action == "stop" else api.start_notebook(nb_id)
     if output is Output.table:
-        typer.echo(f"notebook {nb.id} ({nb.name}) {_status(nb)}")
+        # A running notebook's stop is asked for here and carried out by the server: it is stopping, not stopped.
+        stopping = action == "stop" and nb.status not in FINISHED
+        typer.echo(f"notebook {nb.id} ({nb.name}) {_status(nb)}" + (" (stopping)" if stopping else ""))
     else:
         out.show(nb, output)
 
