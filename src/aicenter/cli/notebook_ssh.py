@@ -109,16 +109,22 @@ def _split(extra: Sequence[str]) -> tuple[list[str], list[str]]:
     return options, rest
 
 
-def ssh_config_block(config: str, known_hosts: Path) -> str:
-    """The server's ``~/.ssh/config`` block, pointing at the CLI's known_hosts file: an existing
-    ``UserKnownHostsFile`` is set to it, and a ``Host`` block without one gets it (the server cannot know where
-    this CLI keeps its files, ``$AICENTER_HOME``)."""
+def ssh_config_block(config: str, known_hosts: Path, gateway_host: str | None = None) -> str:
+    """The server's ``~/.ssh/config`` block, pointing at the CLI's known_hosts file.
+
+    An existing ``UserKnownHostsFile`` is set to it, and a ``Host`` block without one gets it (the server cannot
+    know where this CLI keeps its files, ``$AICENTER_HOME``). A ``ProxyJump`` hop is a second ssh that matches
+    the gateway's own ``Host`` entry, not the notebook's: unless the block has one for ``gateway_host``, a
+    ``Host <gateway_host>`` block with the file is added, else the gateway would be checked against
+    ``~/.ssh/known_hosts`` (and asked about, which VS Code and PyCharm cannot answer).
+    """
     value = str(known_hosts)
     quoted = f'"{value}"' if " " in value else value
     out: list[str] = []
     lines = config.rstrip("\n").splitlines()
     blocks_with_option = _blocks_with_option(lines)
     block = -1
+    names_gateway = False
     for line in lines:
         match = _KNOWN_HOSTS_OPTION.match(line)
         if match:
@@ -128,9 +134,12 @@ def ssh_config_block(config: str, known_hosts: Path) -> str:
         host = _HOST_LINE.match(line)
         if host:
             block += 1
+            names_gateway = names_gateway or gateway_host in line.split()[1:]
             if block not in blocks_with_option:
                 indent = host.group(1) + "    "
                 out.append(f"{indent}UserKnownHostsFile {quoted}")
+    if gateway_host and not names_gateway:
+        out += [f"Host {gateway_host}", f"    UserKnownHostsFile {quoted}"]
     return "\n".join(out) + "\n"
 
 

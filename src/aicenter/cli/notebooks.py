@@ -457,7 +457,7 @@ def ssh_config(notebook: NotebookArg, workspace: WorkspaceOpt = None) -> None:
     with client() as api:
         info = api.notebook_ssh(_notebook_id(api, notebook, workspace))
     known = write_known_hosts(info.known_hosts)
-    typer.echo(ssh_config_block(info.config, known), nl=False)
+    typer.echo(ssh_config_block(info.config, known, info.gateway_host), nl=False)
     typer.echo(
         f"# append this to ~/.ssh/config; VS Code Remote-SSH and PyCharm use it (`ssh {info.host_alias}`). "
         f"Host keys: {known_hosts_path()}",

@@ -139,7 +139,7 @@ def _answer(monkeypatch: pytest.MonkeyPatch, servers: Servers, *, gateway_key: a
                 f"[127.0.0.1]:{servers.gateway_port} {_public(gateway_key or servers.gateway_key)}",
                 f"{alias} {_public(servers.notebook_key)}",
             ],
-            config=f"Host {alias}\n    User admin\n",
+            config=f"Host {alias}\n    User admin\n    ProxyJump admin@127.0.0.1:{servers.gateway_port}\n",
         )
 
     monkeypatch.setattr(Client, "notebook_ssh", notebook_ssh)
@@ -191,3 +191,27 @@ def test_a_wrong_gateway_key_is_refused(admin_cli: Run, servers: Servers, monkey
     assert "notebook ran" not in result.stdout
     assert f"Host key for [127.0.0.1]:{servers.gateway_port} has changed" in result.stderr, result.stderr
     assert "Host key verification failed" in result.stderr
+
+
+def test_the_printed_config_reaches_the_notebook(
+    admin_cli: Run, servers: Servers, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What VS Code and PyCharm do with the block: ``ssh <alias>`` through ProxyJump, both hops verified."""
+    _notebook(admin_cli, "gw-config")
+    _answer(monkeypatch, servers)
+    printed = admin_cli("notebook", "ssh-config", "gw-config")
+    assert printed.exit_code == 0, printed.output
+    alias = next(line.split()[1] for line in printed.stdout.splitlines() if line.startswith("Host notebook-"))
+    config = tmp_path / "config"  # ~/.ssh/config stand-in; the user's key settings below, as theirs would be
+    key = servers.client_key_file
+    config.write_text(printed.stdout + f"Host *\n    IdentityFile {key}\n    IdentitiesOnly yes\n    BatchMode yes\n")
+    done = subprocess.run(
+        ["ssh", "-F", str(config), alias, "echo", "configured"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=SSH_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "notebook ran: echo configured" in done.stdout

@@ -76,6 +76,11 @@ def test_config_block_points_at_the_cli_known_hosts() -> None:
         "    UserKnownHostsFile /h/ssh/known_hosts\n"
     )
     assert 'UserKnownHostsFile "/a b/kh"' in ssh_config_block("Host x\n", Path("/a b/kh"))
+    # gw.example has its block already; another gateway gets one, for the ProxyJump hop
+    assert ssh_config_block(config, Path("/kh"), "gw.example").count("Host ") == 2
+    assert ssh_config_block("Host notebook-7\n    ProxyJump gw2\n", Path("/kh"), "gw2").endswith(
+        "Host gw2\n    UserKnownHostsFile /kh\n"
+    )
 
 
 @pytest.mark.parametrize(
