@@ -5,9 +5,11 @@ algorithm version, train from it, stop, start again with the same work dir, dele
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
@@ -35,7 +37,17 @@ def test_a_notebook_from_the_cli(server: Server, cli: Cli, tmp_path: Path) -> No
     assert running["status"] == "running", running
 
     opened = cli.run("notebook", "open", "e2e-nb", "--no-browser")
-    assert opened.stdout.strip() == f"{server.url}/notebooks/{nb_id}/lab"
+    url = opened.stdout.strip()
+    assert url == f"{server.url}/notebooks/{nb_id}/lab"
+    # the address serves JupyterLab to its owner (a browser signs in with the console's cookie, this with a token)
+    token = tomllib.loads((cli.home / "config.toml").read_text())["profiles"]["default"]["token"]
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        page = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, follow_redirects=True, timeout=30)
+        if page.status_code == 200 and "JupyterLab" in page.text:
+            break
+        assert time.monotonic() < deadline, f"{url}: {page.status_code} {page.text[:300]}"
+        time.sleep(0.5)
 
     deadline = time.monotonic() + DEADLINE_S
     while not cli.run("notebook", "logs", "e2e-nb").stdout.strip():
