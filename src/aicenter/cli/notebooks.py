@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from aicenter.cli import output as out
-from aicenter.cli.common import CliError, Output, OutputOpt, YesOpt, chosen_workspace, client, confirm, invalid, pairs
+from aicenter.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    YesOpt,
+    chosen_workspace,
+    client,
+    confirm,
+    invalid,
+    pairs,
+    quantity,
+)
 from aicenter.cli.jobs import (
     EVENT_COLUMNS,
     FINISHED,
@@ -223,8 +234,6 @@ def create(
             raise invalid("--spec", "a resource spec names its own cpu/memory/gpu; give one or the other")
         resources["spec"] = spec
     else:
-        from aicenter.cli.common import quantity
-
         resources = {k: v for k, v in {"cpu": cpu, "memory": memory}.items() if v is not None}
         resources = {k: quantity(v) for k, v in resources.items()}
         if gpu:
