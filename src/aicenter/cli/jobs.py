@@ -62,7 +62,7 @@ _JOB_COLUMNS: list[out.Column] = [
     ("SUBMITTED", lambda j: j.submitted_at),
     ("REASON", lambda j: j.pending_reason if j.status == "queued" else j.message),
 ]
-_JOB_DETAIL: list[out.Column] = [
+JOB_DETAIL: list[out.Column] = [
     ("id", lambda j: j.id),
     ("name", lambda j: j.name),
     ("kind", lambda j: j.kind),
@@ -84,10 +84,10 @@ _JOB_DETAIL: list[out.Column] = [
 _TASK_COLUMNS: list[out.Column] = [
     ("TASK", lambda t: t.get("name")),
     ("REPLICAS", lambda t: t.get("replicas", 1)),
-    ("RESOURCES", lambda t: _resources(t.get("resources", {}))),
+    ("RESOURCES", lambda t: resources_text(t.get("resources", {}))),
     ("COMMAND", lambda t: t.get("command")),
 ]
-_REPLICA_COLUMNS: list[out.Column] = [
+REPLICA_COLUMNS: list[out.Column] = [
     ("TASK", lambda r: r.task),
     ("REPLICA", lambda r: r.index),
     ("ATTEMPT", lambda r: r.attempt),
@@ -101,7 +101,7 @@ _REPLICA_COLUMNS: list[out.Column] = [
     ("STARTED", lambda r: r.started_at),
     ("FINISHED", lambda r: r.finished_at),
 ]
-_EVENT_COLUMNS: list[out.Column] = [
+EVENT_COLUMNS: list[out.Column] = [
     ("AT", lambda e: e.at),
     ("FROM", lambda e: e.from_status or "-"),
     ("TO", lambda e: e.to_status),
@@ -143,7 +143,7 @@ def _started(job: Job) -> Any:
     return job.started_at or min((r.started_at for r in job.replicas if r.started_at), default=None)
 
 
-def _resources(values: dict[str, Any]) -> str:
+def resources_text(values: dict[str, Any]) -> str:
     if "spec" in values:
         return f"spec={values['spec']}"
     shown = []
@@ -229,7 +229,7 @@ def _launched_attempt(job: Job, task: str | None, replica: int | None) -> int | 
     return max(attempts, default=None)
 
 
-def _stream_logs(api: Client, job_id: int, task: str | None, replica: int | None, follow: bool) -> None:
+def stream_logs(api: Client, job_id: int, task: str | None, replica: int | None, follow: bool) -> None:
     """Print a replica's log; with ``follow`` until the job ends, across restarts (each attempt has its own log).
 
     A followed stream can end before the job does (the replica restarts, or it was read just as it launched):
@@ -266,7 +266,7 @@ def _stream_logs(api: Client, job_id: int, task: str | None, replica: int | None
 
 def _follow(api: Client, job_id: int, task: str | None = None, replica: int | None = None) -> int:
     """Stream the logs until the job ends; the exit status is 0 when it succeeded, else 1."""
-    _stream_logs(api, job_id, task, replica, follow=True)
+    stream_logs(api, job_id, task, replica, follow=True)
     job = api.get_job(job_id)
     typer.echo(f"job {job.id} {_status(job)}", err=True)
     return 0 if job.status == "succeeded" else 1
@@ -311,7 +311,7 @@ def submit(
         if follow:
             typer.echo(f"job {job.id} {job.status}", err=True)
             raise typer.Exit(_follow(api, job.id))
-    out.show(job, output, _JOB_DETAIL if output is Output.table else None)
+    out.show(job, output, JOB_DETAIL if output is Output.table else None)
 
 
 @job_app.command("list")
@@ -344,12 +344,12 @@ def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.
     if output is not Output.table:
         out.show(found, output)
         return
-    detail = [*_JOB_DETAIL, ("output model", lambda j: saved)] if saved else _JOB_DETAIL
+    detail = [*JOB_DETAIL, ("output model", lambda j: saved)] if saved else JOB_DETAIL
     out.show(found, output, detail)
     for title, rows, columns in (
         ("Tasks", found.spec.get("tasks", []), _TASK_COLUMNS),
-        ("Replicas", found.replicas, _REPLICA_COLUMNS),
-        ("Events", found.events, _EVENT_COLUMNS),
+        ("Replicas", found.replicas, REPLICA_COLUMNS),
+        ("Events", found.events, EVENT_COLUMNS),
     ):
         typer.echo(f"\n{title}")
         out.show(list(rows), output, columns)
@@ -378,14 +378,14 @@ def logs(
             for line in api.job_logs(job_id, task=task, replica=replica, attempt=attempt):
                 typer.echo(line)
             return
-        _stream_logs(api, job_id, task, replica, follow)
+        stream_logs(api, job_id, task, replica, follow)
 
 
 @job_app.command("events")
 def events(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """The job's status changes: when, from, to, by whom, why."""
     with client() as api:
-        out.show(api.job_events(_job_id(api, job, workspace)), output, _EVENT_COLUMNS)
+        out.show(api.job_events(_job_id(api, job, workspace)), output, EVENT_COLUMNS)
 
 
 def _number(value: float | None) -> str:
@@ -466,7 +466,7 @@ def resubmit(
         if follow:
             typer.echo(f"job {new.id} {new.status}", err=True)
             raise typer.Exit(_follow(api, new.id))
-    out.show(new, output, _JOB_DETAIL if output is Output.table else None)
+    out.show(new, output, JOB_DETAIL if output is Output.table else None)
 
 
 @job_app.command("delete")
@@ -541,7 +541,7 @@ def template_submit(
         if follow:
             typer.echo(f"job {job.id} {job.status}", err=True)
             raise typer.Exit(_follow(api, job.id))
-    out.show(job, output, _JOB_DETAIL if output is Output.table else None)
+    out.show(job, output, JOB_DETAIL if output is Output.table else None)
 
 
 @template_app.command("delete")

@@ -43,6 +43,7 @@ from aicenter.client.models import (
     Version,
     Workspace,
 )
+from aicenter.client.notebook_models import Notebook, NotebookSaved, NotebookSsh
 from aicenter.client.transfer import Progress, PullReport, TransferError
 
 __all__ = [
@@ -68,6 +69,9 @@ __all__ = [
     "MyWorkspace",
     "Node",
     "NodeAccelerator",
+    "Notebook",
+    "NotebookSaved",
+    "NotebookSsh",
     "Page",
     "Pool",
     "Progress",

@@ -7,6 +7,7 @@ from aicenter.client._auth import AuthMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
 from aicenter.client._latest import LatestMixin
+from aicenter.client._notebooks import NotebooksMixin
 from aicenter.client._series import SeriesMixin
 from aicenter.client._ssh_keys import SshKeysMixin
 from aicenter.client._tenancy import TenancyMixin
@@ -19,6 +20,7 @@ class Client(
     InventoryMixin,
     TransferMixin,
     JobsMixin,
+    NotebooksMixin,
     SeriesMixin,
     LatestMixin,
     AlertsMixin,

@@ -110,6 +110,7 @@ class Workspace(ApiModel):
     balance: Decimal | None = None  # coins; absent in the pool-grant listing
     created_by_id: int | None = None
     admins_read_logs: bool = False  # whether platform admins outside it may read its job logs
+    notebook_idle_timeout_s: int | None = None  # its notebooks' idle timeout; None: the platform's default, 0: never
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

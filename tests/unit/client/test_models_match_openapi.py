@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from aicenter.app import create_app
-from aicenter.client import models
+from aicenter.client import models, notebook_models
 from aicenter.config import Settings
 
 # SDK model -> the response schemas (components/schemas names) it parses.
@@ -58,7 +58,12 @@ SCHEMAS: dict[type[models.ApiModel], tuple[str, ...]] = {
     models.MetricPoint: ("MetricPointOut",),
     models.MetricSeries: ("MetricSeriesOut",),
     models.JobMetrics: ("JobMetricsOut",),
+    notebook_models.Notebook: ("NotebookOut", "NotebookDetail"),
+    notebook_models.NotebookSaved: ("SavedOut",),
+    notebook_models.NotebookSsh: ("SshAccessOut",),
 }
+# SDK models written ahead of their endpoint; move a model from here into SCHEMAS when its endpoint lands.
+PENDING: set[type[models.ApiModel]] = set()
 
 # Python types and the JSON types (OpenAPI ``type``) each parses, as pydantic validates an SDK model.
 _ACCEPTS: dict[Any, set[str]] = {
@@ -83,8 +88,12 @@ def schemas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _sdk_models() -> set[type[models.ApiModel]]:
-    found = {getattr(models, name) for name in models.__all__}
-    return {m for m in found if isinstance(m, type) and issubclass(m, models.ApiModel) and m is not models.ApiModel}
+    found = {getattr(module, name) for module in (models, notebook_models) for name in module.__all__}
+    return {
+        m
+        for m in found
+        if isinstance(m, type) and issubclass(m, models.ApiModel) and m is not models.ApiModel and m not in PENDING
+    }
 
 
 def test_every_sdk_model_is_mapped_to_a_response_schema(schemas: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.catalog import ItemKind
 from aicenter.core.jobs import parse_job_spec
-from aicenter.db.models import Notebook
+from aicenter.db.models import Notebook, Workspace
 from aicenter.services import catalog
 from aicenter.services.context import Actor
 from aicenter.services.notebooks._views import load_notebook
@@ -42,7 +42,9 @@ async def train_spec(session: AsyncSession, actor: Actor, job_id: int) -> dict[s
     }
     if algorithm:
         data["algorithm"] = algorithm
-    for key in ("workspace", "pool"):
-        if spec.get(key):
-            data[key] = spec[key]
+    if spec.get("pool"):
+        data["pool"] = spec["pool"]
+    # The notebook's workspace, by its current name: the spec names one only when the user wrote it there (one
+    # given as the request's workspace_id is not in it), and a job without it goes to the default workspace.
+    data["workspace"] = await session.scalar(select(Workspace.name).where(Workspace.id == job.workspace_id))
     return parse_job_spec(data).normalized()
