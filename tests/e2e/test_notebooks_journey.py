@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -211,15 +212,19 @@ def test_an_idle_notebook_is_warned_then_culled_while_a_busy_one_is_kept(world: 
     execute(server.url, busy["id"], kernel, "import time; time.sleep(600)", headers=headers, wait=False)
     _wait_status(alice, idle_id, "running")
 
+    deadline = time.monotonic() + 30
+    while (
+        alice.get(f"/notebooks/{busy['id']}/api/kernels", params={"no_track_activity": 1}).json()[0]["execution_state"]
+        != "busy"
+    ):
+        assert time.monotonic() < deadline, "the long cell never made its kernel busy"
+        time.sleep(0.2)  # polling interval: the loop exits on the state it reads
+
     # The culler, run here against the server's database, judges "two hours from now": nobody used either since.
     settings = Settings(home=server.home, notebook_idle_timeout_s=3600, notebook_idle_warning_s=600)
     later = utcnow() + timedelta(hours=2)
-    deadline = time.monotonic() + 30
-    while True:  # the busy kernel shows busy once its cell started
-        culled, verdicts = _run_culler(settings, later)
-        assert culled == [], "nothing is culled before a warning"
-        if verdicts.get(busy["id"]) == "keep" or time.monotonic() > deadline:
-            break
+    culled, verdicts = _run_culler(settings, later)
+    assert culled == [], "nothing is culled before a warning"
     assert verdicts == {idle_id: "warn", busy["id"]: "keep"}, verdicts
     warned = alice.get(f"/api/v1/notebooks/{idle_id}").json()
     assert warned["warned"] is True
@@ -229,6 +234,7 @@ def test_an_idle_notebook_is_warned_then_culled_while_a_busy_one_is_kept(world: 
     culled = _wait_status(alice, idle_id, "stopped")
     assert culled["culled_at"] is not None, culled
     assert alice.get(f"/api/v1/notebooks/{busy['id']}").json()["status"] == "running"
+    assert alice.post(f"/api/v1/notebooks/{busy['id']}/stop").status_code == 200  # its CPU for the next tests
     events = alice.get("/api/v1/events", params={"job_id": idle_id}).json()
     kinds = [e["kind"] for e in events.get("items", events)]
     assert "notebook.idle_warning" in kinds
@@ -302,7 +308,8 @@ def test_the_owner_reaches_her_notebook_with_ssh_sftp_and_a_forward_and_nobody_e
     (tmp / "up.txt").write_text("from my laptop\n")
     batch = f"put {tmp / 'up.txt'} up.txt\nget train.py {tmp / 'down.py'}\n"
     copied = ssh("alice", "-b", "-", alias, program="sftp", stdin=batch)
-    assert copied.returncode == 0, copied.stderr
+    listening = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True, check=False).stdout
+    assert copied.returncode == 0, f"{copied.stderr}\n{access}\n{listening}"
     assert "import tinypkg" in (tmp / "down.py").read_text()
     assert (Path(work) / "up.txt").read_text() == "from my laptop\n"
 
@@ -334,3 +341,46 @@ def test_the_owner_reaches_her_notebook_with_ssh_sftp_and_a_forward_and_nobody_e
     refused = ssh("bob", alias, "true")
     assert refused.returncode == 255
     assert "administratively prohibited" in refused.stderr or "open failed" in refused.stderr, refused.stderr
+
+
+ATTACK = """
+import json, os, socket, urllib.error, urllib.request
+out = {{}}
+for name, port in (("jupyter", {jupyter}), ("ssh", {ssh})):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        out[name] = "connected"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+request = urllib.request.Request(os.environ["AICENTER_API_URL"] + "/notebooks/{notebook}/api/status",
+                                 headers={{"Authorization": "Bearer " + os.environ["AICENTER_TOKEN"]}})
+try:
+    out["proxy"] = urllib.request.urlopen(request, timeout=10).status
+except urllib.error.HTTPError as exc:
+    out["proxy"] = exc.code
+print("ATTACK " + json.dumps(out), flush=True)
+"""
+
+
+def test_another_tenants_job_reaches_neither_the_notebooks_ports_nor_its_proxy(world: dict[str, Any]) -> None:
+    alice = _http(world, "alice")
+    notebook_id = world["notebook"]
+    detail = _wait_status(alice, notebook_id, "running")
+    jupyter, ssh = detail["replicas"][-1]["ports"][-2:]
+    with _http(world, "carol") as carol:
+        code = ATTACK.format(jupyter=jupyter, ssh=ssh, notebook=notebook_id)
+        task = {"resources": {"cpu": 1, "memory": "256Mi"}, "command": f"python -c {shlex.quote(code)}"}
+        spec = {"name": "attack", "workspace": "other", "tasks": [task]}
+        job = carol.post("/api/v1/jobs", json={"spec": spec})
+        assert job.status_code == 201, job.text
+        deadline = time.monotonic() + DEADLINE_S
+        while (got := carol.get(f"/api/v1/jobs/{job.json()['id']}").json())["status"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, got
+            time.sleep(0.3)  # polling interval: the loop exits on the status it reads
+        log = carol.get(f"/api/v1/jobs/{job.json()['id']}/logs").text
+    line = next(x for x in log.splitlines() if "ATTACK " in x)
+    seen = json.loads(line.split("ATTACK ", 1)[1])
+    # Its own network namespace: the host's 127.0.0.1, where the launcher publishes the ports, is not there.
+    assert seen["jupyter"] in ("ConnectionRefusedError", "OSError", "TimeoutError"), seen
+    assert seen["ssh"] in ("ConnectionRefusedError", "OSError", "TimeoutError"), seen
+    assert seen["proxy"] == 403, seen  # a job token opens no notebook, not even its own user's
