@@ -7,6 +7,7 @@ that requests under the API's prefixes still get exactly the API's answer.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
@@ -41,7 +42,15 @@ _TITLES = {
 }
 
 
+# ``/notebooks/<id>/...``: a notebook's JupyterLab through the proxy (api/routers/notebook_proxy.py). Its fetches
+# must get the API's answers, and a refusal must not clear the console's session cookie (which a console page's
+# "sign in again" does), or one bad request from JupyterLab signs its user out of every tab.
+_NOTEBOOK_PROXY = re.compile(r"^/notebooks/\d+/")
+
+
 def is_console_path(path: str) -> bool:
+    if _NOTEBOOK_PROXY.match(path):
+        return False
     return not any(path == p or path.startswith(p + "/") for p in NON_CONSOLE_PREFIXES)
 
 
