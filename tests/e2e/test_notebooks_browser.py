@@ -92,6 +92,8 @@ def test_member_creates_opens_runs_a_cell_and_uses_the_terminal(
     # JupyterLab through the platform: run the cell, read its output.
     page.goto(f"{base}/notebooks/{job_id}/lab/tree/x.ipynb")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    # Keys typed before the kernel is up are lost: wait for the status bar's "Python 3 (...) | Idle".
+    page.locator("#jp-main-statusbar", has_text="Idle").wait_for(timeout=60_000)
     page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
     page.keyboard.press("Shift+Enter")
     page.locator(".jp-OutputArea-output", has_text="from-kernel 42").wait_for(timeout=60_000)
