@@ -3,7 +3,8 @@
 alice, a member (not an admin) of workspace lab, creates a notebook with the console's form, watches its page
 turn to running by itself, opens JupyterLab through the platform (``/notebooks/<id>/lab``, her session cookie, no
 token), runs a cell of a notebook file she PUT through JupyterLab's contents API, and then types a command into
-the console's own terminal page (xterm.js over JupyterLab's terminal WebSocket) and reads its output. bob, another
+the console's own terminal page (xterm.js over JupyterLab's terminal WebSocket) and reads its output, saves the
+work dir as an algorithm version, follows "Train from here" to a prefilled job, and stops it. bob, another
 member, sees the notebook's page without any way in, and the proxy refuses him.
 """
 
@@ -109,12 +110,35 @@ def test_member_creates_opens_runs_a_cell_and_uses_the_terminal(
     csp = [p for p in problems if "Content Security Policy" in p]
     assert csp == [], csp
 
+    # Save the work dir as a version of a new algorithm; Train from here proposes a job on it.
+    page.goto(f"{base}/notebooks/{job_id}")
+    page.fill("#notebook-save-algorithm", "explore-code")
+    with page.expect_navigation():
+        page.click("[data-testid=notebook-save-submit]")
+    assert "Saved as algorithm version explore-code:1" in page.locator("[data-testid=flash]").inner_text()
+    assert "explore-code:1" in page.locator("[data-testid=notebook-saved]").inner_text()
+    with page.expect_navigation():
+        page.click("[data-testid=notebook-train-link]")
+    proposed = page.input_value("#job-yaml-yaml")
+    assert "explore-code:1" in proposed
+    assert "kind: train" in proposed
+
+    # Stop it (the page follows it to stopped by itself); then it can be deleted.
+    page.goto(f"{base}/notebooks/{job_id}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    with page.expect_navigation():
+        page.click("[data-testid=notebook-stop]")
+    page.locator("[data-testid=notebook-status][data-status=stopped]").wait_for(timeout=RUN_TIMEOUT_MS)
+    assert page.locator("[data-testid=notebook-start]").count() == 1
+    assert page.locator("[data-testid=notebook-delete]").count() == 1
+
     # bob, another member: metadata only, and the proxy refuses him.
     context = page.context.browser.new_context()
     other = context.new_page()
     _sign_in(other, base, "bob", "bob-Passw0rd-1")
     other.goto(f"{base}/notebooks/{job_id}")
     assert other.locator("[data-testid=notebook-owner-only]").count() == 1
+    assert other.locator("[data-testid=notebook-delete]").count() == 0  # not his either
     assert other.locator("[data-testid=notebook-open-lab]").count() == 0
     refused = other.goto(f"{base}/notebooks/{job_id}/api/contents")
     assert refused is not None
