@@ -321,3 +321,24 @@ async def test_terminal_page_ships_xterm_and_its_own_policy(
     assert "style-src 'self' 'unsafe-inline'" in policy
     for asset in ("xterm.js", "xterm.css", "addon-fit.js", "LICENSE", "LICENSE.addon-fit"):
         assert (await alice.get(f"/static/vendor/xterm/{asset}")).status_code == 200, asset
+
+
+async def test_the_proxy_under_a_console_session_answers_like_the_api_and_keeps_the_session(
+    world: World, db: Database, open_browser: OpenBrowser
+) -> None:
+    """JupyterLab's frontend sends ``Authorization: token <its own token>`` with the session cookie: the cookie
+    decides. A refused proxy request answers the API's JSON error and never signs the user out of the console."""
+    job_id = await _create(db, world.actor)  # queued: the proxy explains it is not running
+    alice = await open_browser("alice")
+    lab_call = await alice.get(
+        f"/notebooks/{job_id}/api/kernels", headers={"Authorization": "token 0123abcd", "Accept": "*/*"}
+    )
+    assert lab_call.status_code == 404, lab_call.text
+    assert lab_call.json()["error"]["details"]["status"] == "queued"
+
+    garbled = await alice.get(f"/notebooks/{job_id}/api/kernels", headers={"Authorization": "Basic Zm9vOmJhcg=="})
+    assert garbled.status_code == 401
+    assert garbled.json()["error"]["code"]
+    assert "set-cookie" not in garbled.headers  # the session cookie stays
+    still = await alice.get(f"/notebooks/{job_id}")
+    assert still.status_code == 200  # still signed in
