@@ -150,6 +150,12 @@ async def test_create_form_offers_the_catalog_and_shows_errors_at_their_field(
     minutes = await alice.post("/notebooks/new", typed)
     assert minutes.status_code == 422
     assert 'data-testid="notebook-new-idle-timeout-error"' in minutes.text
+    no_spec = await alice.post("/notebooks/new", {**typed, "spec": "gpu-9000", "idle_timeout": ""})
+    assert no_spec.status_code == 422
+    assert re.search(r'data-testid="notebook-new-spec-error">spec &#34;gpu-9000&#34; not found', no_spec.text)
+    no_data = await alice.post("/notebooks/new", {**typed, "datasets": "nope:1", "idle_timeout": ""})
+    assert no_data.status_code == 404
+    assert 'data-testid="notebook-new-datasets-error"' in no_data.text
     assert await _count(db) == 0
 
     created = await alice.post(

@@ -36,13 +36,12 @@ from aicenter.web.security import add_page_headers, safe_next
 router = APIRouter()
 
 FORM_FIELDS = ("name", "workspace_id", "image", "algorithm", "datasets", "spec", "cpu", "memory", "gpu", "idle_timeout")
-# The notebook spec's field paths -> the form's field names (errors are shown next to the field that holds them).
+# The notebook spec's field paths -> the form's field names (errors are shown next to the field that holds them);
+# what the jobs service checks after parsing (a spec's existence, its pools) names the job spec's paths.
 ALIASES = {
-    "resources.spec": "spec",
-    "resources.cpu": "cpu",
-    "resources.memory": "memory",
-    "resources.gpu": "gpu",
+    **{f"{prefix}resources.{key}": key for prefix in ("", "tasks[0].") for key in ("spec", "cpu", "memory", "gpu")},
     "resources": "spec",
+    "tasks[0].resources": "spec",
     "idle_timeout_s": "idle_timeout",
     "workspace": "workspace_id",
 }
