@@ -250,7 +250,6 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
     events += [{"at": e.at, "what": e.kind, "by": "platform", "message": e.message} for e in cluster.items]
     events.sort(key=lambda e: _aware(e["at"]))
     can_admin = view.is_owner or cx.can_admin_workspace(job.workspace_id)
-    latest = max((r.attempt for r in view.job.replicas), default=0)
     return render(
         cx,
         "notebooks/detail.html",
@@ -272,8 +271,6 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         finished=nb.status in FINISHED,
         resumable=nb.status in RESUMABLE,
         can_admin=can_admin,  # stop, delete, idle timeout
-        replicas=[r for r in view.job.replicas if r.attempt == latest],
-        task=job.spec["tasks"][0]["name"],
         logs_readable=logs_readable,
         default_idle_min=view.idle_timeout_s // 60,
     )
