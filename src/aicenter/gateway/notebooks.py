@@ -232,7 +232,8 @@ class NotebookGateway:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        with contextlib.suppress(RuntimeError):  # closed already by the browser
+        # Closed already by the browser: RuntimeError after its close frame, WebSocketDisconnect when it vanished.
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
             await websocket.close()
 
     async def _browser_to_notebook(self, websocket: WebSocket, upstream: ClientConnection, job_id: int) -> None:

@@ -45,6 +45,12 @@ _TITLES = {
 }
 
 
+# ``/notebooks/<id>/...``: a notebook's JupyterLab through the proxy (api/routers/notebook_proxy.py). Its fetches
+# must get the API's answers, and a refusal must not clear the console's session cookie (which a console page's
+# "sign in again" does), or one bad request from JupyterLab signs its user out of every tab.
+_NOTEBOOK_PROXY = re.compile(r"^/notebooks/\d+/")
+
+
 def is_console_path(path: str) -> bool:
     if _NOTEBOOK_PROXY.match(path):
         return False

@@ -65,6 +65,12 @@ NAV: list[NavEntry] = [
     NavEntry("images", "Images", "/images", description="Python environments and container images for jobs."),
     NavEntry("models", "Models", "/models", description="Trained models, saved by jobs or uploaded."),
     NavEntry("jobs", "Jobs", "/jobs", description="Submit training jobs, follow their status and logs, stop them."),
+    NavEntry(
+        "notebooks",
+        "Notebooks",
+        "/notebooks",
+        description="JupyterLab, a terminal or VS Code on the platform's machines; save your work as code.",
+    ),
     NavEntry("specs", "Resource specs", "/specs", description="The resource bundles you can run work on, with prices."),
     NavEntry("pools", "Pools", "/pools", description="The groups of nodes your workspace may use."),
     NavEntry("accelerator-types", "Accelerator types", "/accelerator-types", description="GPUs and NPUs on offer."),

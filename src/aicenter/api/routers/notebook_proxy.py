@@ -41,8 +41,18 @@ def _same_origin(conn: HTTPConnection) -> bool:
     return urlsplit(origin).netloc.lower() == (conn.headers.get("host") or "").lower()
 
 
+def _platform_bearer(conn: HTTPConnection) -> str | None:
+    """The platform token of an ``Authorization: Bearer`` header; None for no header, and for JupyterLab's own
+    scheme (``Authorization: token <its token>``, which its frontend sends on every API call): that request is
+    authenticated by the session cookie, and the header is replaced before it reaches JupyterLab anyway."""
+    header = conn.headers.get("authorization") or ""
+    if header.partition(" ")[0].lower() == "token":
+        return None
+    return bearer_token(conn)  # type: ignore[arg-type]
+
+
 async def _actor(conn: HTTPConnection, ctx: AppContext, *, changes: bool) -> Actor:
-    raw = bearer_token(conn)  # type: ignore[arg-type]
+    raw = _platform_bearer(conn)
     from_cookie = raw is None
     if raw is None:
         raw = conn.cookies.get(SESSION_COOKIE)

@@ -13,6 +13,7 @@ from aicenter.web.routes import (
     home,
     jobs,
     nodes,
+    notebooks,
     pools,
     session,
     specs,
@@ -33,5 +34,6 @@ ROUTERS: list[APIRouter] = [
     catalog.router,
     catalog_versions.router,
     jobs.router,
+    notebooks.router,
     alerts.router,
 ]

@@ -8,24 +8,22 @@ field that holds them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from fastapi import APIRouter
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
 from aicenter.api.params import Id
-from aicenter.core.catalog import ItemKind, Scope, VersionState
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
-from aicenter.services import catalog, inventory, jobs
+from aicenter.services import catalog, jobs, notebooks
 from aicenter.services.access import may_read_user_data
-from aicenter.services.context import Actor
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int, parse_key_values
+from aicenter.web.pickers import run_choices
 
 router = APIRouter()
 
@@ -80,8 +78,6 @@ YAML_FIELDS = ("yaml", "workspace_id")
 # Chart ranges (templates/_charts.html) by length; a job's page starts on the smallest covering its run.
 RANGES = (("1h", 3600), ("6h", 21600), ("24h", 86400), ("7d", 604800), ("30d", 2592000), ("90d", 7776000))
 MAX_COMPARED = 10  # lines per chart on the compare page: past ten, colours repeat and nobody can read it
-_CHOICES = 100  # items per kind and scope offered in a select: a form, not a catalog browser
-_VERSIONS_PER_ITEM = 5
 
 
 # --- list ----------------------------------------------------------------------------------------------------
@@ -127,68 +123,20 @@ async def list_jobs(cx: Page) -> Response:
 # --- submit ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Choices:
-    """What the submit form's selects offer: (reference, label) pairs read from the catalog and inventory."""
-
-    images: list[tuple[str, str]]
-    algorithms: list[tuple[str, str]]
-    datasets: list[tuple[str, str]]
-    specs: list[tuple[str, str]]
-
-
-async def _versions(
-    session: AsyncSession, actor: Actor, kind: ItemKind, workspace_id: int | None
-) -> list[tuple[str, str]]:
-    """Ready versions whose content the actor may use, of items in their own, workspace, public and preset tabs."""
-    seen: set[int] = set()
-    out: list[tuple[str, str]] = []
-    for scope in (Scope.MINE, Scope.WORKSPACE, Scope.PUBLIC, Scope.PRESET):
-        page = await catalog.list_items(
-            session,
-            actor,
-            kind,
-            scope=scope,
-            workspace_id=workspace_id if scope is Scope.WORKSPACE else None,
-            sort="name",
-            limit=_CHOICES,
-        )
-        for item in page.items:
-            if item.id in seen or not item.version_count:
-                continue
-            seen.add(item.id)
-            versions = await catalog.list_versions(session, actor, kind, item.id, limit=_VERSIONS_PER_ITEM)
-            for v in versions.items:
-                if v.state == VersionState.READY.value and v.can_read_content:
-                    label = v.ref + (f" — {v.description}" if v.description else "")
-                    out.append((v.ref, label))
-    return out
-
-
-async def _choices(cx: Console, workspace_id: int | None) -> Choices:
-    async with cx.ctx.db.read() as session:
-        images = await _versions(session, cx.actor, ItemKind.IMAGE, workspace_id)
-        algorithms = await _versions(session, cx.actor, ItemKind.ALGORITHM, workspace_id)
-        datasets = await _versions(session, cx.actor, ItemKind.DATASET, workspace_id)
-        specs = await inventory.list_specs(session, cx.actor, workspace_id=workspace_id, limit=_CHOICES)
-    return Choices(
-        images=[("host", "host — the server's own Python"), *images],
-        algorithms=algorithms,
-        datasets=datasets,
-        specs=[(s.name, f"{s.name} — {s.description}" if s.description else s.name) for s in specs.items],
-    )
-
-
 def _member_workspace_id(cx: Console) -> int | None:
     return cx.workspace.id if cx.workspace is not None and cx.role is not None else None
 
 
-async def _new(cx: Console, *, tab: str, forms: list[FormState] | None = None, status: int = 200) -> Response:
+async def _new(
+    cx: Console, *, tab: str, forms: list[FormState] | None = None, status: int = 200, note: str = ""
+) -> Response:
     chosen = None
     for state in forms or []:
         raw = state.values.get("workspace_id", "")
         chosen = int(raw) if raw.isdigit() else chosen
     workspace_id = chosen or _member_workspace_id(cx)
+    async with cx.ctx.db.read() as session:
+        choices = await run_choices(session, cx.actor, workspace_id)
     return render(
         cx,
         "jobs/new.html",
@@ -197,7 +145,8 @@ async def _new(cx: Console, *, tab: str, forms: list[FormState] | None = None, s
         forms=forms,
         status=status,
         tab=tab,
-        choices=await _choices(cx, workspace_id),
+        note=note,
+        choices=choices,
         workspace_id=workspace_id,
         framework_options=[(f.value, f.value) for f in Framework],
         priority_options=[(p.value, p.value) for p in Priority],
@@ -207,8 +156,24 @@ async def _new(cx: Console, *, tab: str, forms: list[FormState] | None = None, s
 
 @router.get("/jobs/new")
 async def new_job(cx: Page) -> Response:
+    """The submit form; ``?notebook=<id>`` opens the YAML tab prefilled from that notebook ("Train from here")."""
+    raw = cx.request.query_params.get("notebook", "")
+    if raw:
+        note = "Prefilled from the notebook: its saved code, image, datasets and resources. Set the command."
+        return await _new(cx, tab="yaml", forms=[await _from_notebook(cx, raw)], note=note)
     tab = "yaml" if cx.request.query_params.get("tab") == "yaml" else "form"
     return await _new(cx, tab=tab)
+
+
+async def _from_notebook(cx: Console, raw: str) -> FormState:
+    """The YAML tab's values: the notebook's training spec (``notebooks.train_spec``) in its workspace."""
+    if not raw.isdigit() or len(raw) > 18:
+        raise ValidationFailed(f'"{raw}" is not a notebook id', field="notebook")
+    async with cx.ctx.db.read() as session:
+        spec = await notebooks.train_spec(session, cx.actor, int(raw))
+        job = await notebooks.load_notebook(session, cx.actor, int(raw))
+    text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+    return FormState("job-yaml", {"yaml": text, "workspace_id": str(job.workspace_id)})
 
 
 def spec_from_form(post: Post) -> dict[str, Any]:
