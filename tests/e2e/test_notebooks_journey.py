@@ -32,6 +32,7 @@ from aicenter.controllers.notebook_culler import NotebookCuller
 from aicenter.core.clock import utcnow
 from aicenter.core.ssh import ssh_config
 from aicenter.db.engine import Database
+from aicenter.services.jobs import notebook_token
 from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
 from tests.support.jupyter import execute, start_kernel, wait_for_lab
 from tests.support.servers import free_port
@@ -128,6 +129,11 @@ def test_a_member_debugs_saves_and_trains_and_nobody_else_gets_in(world: dict[st
     assert (nb["status"], nb["lab_url"], nb["is_owner"]) == ("queued", f"/notebooks/{nb['id']}/lab", True)
     wait_for_lab(alice, nb["id"], DEADLINE_S)
     headers = {"Authorization": f"Bearer {world['tokens']['alice']}"}
+    page = alice.get(f"/notebooks/{nb['id']}/lab")
+    assert page.status_code == 200
+    assert "jupyter-config-data" in page.text
+    token = notebook_token(Settings(home=server.home).resolve_secret_key(), nb["id"], 0)
+    assert token not in page.text, "JupyterLab's token must not reach the browser: the proxy adds it"
     kernel = start_kernel(alice, nb["id"])
     out = execute(
         server.url,

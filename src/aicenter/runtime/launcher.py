@@ -406,6 +406,8 @@ class _Supervisor:
             if plan.cpus:
                 os.sched_setaffinity(0, plan.cpus)  # inherited by the command and everything it starts
             output = _Output(self.run_dir / OUTPUT_FILE)
+            if problem := self.network.bind_published():
+                raise OSError(problem)
         except OSError as exc:
             self._finish(None, f"launch failed: {exc}")
             self.network.close()

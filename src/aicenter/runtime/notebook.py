@@ -35,6 +35,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 __all__ = ["jupyter_argv", "kernel_spec", "main"]
 
@@ -42,6 +43,7 @@ __all__ = ["jupyter_argv", "kernel_spec", "main"]
 STATE_ROOT = "/tmp/aicenter-notebook"  # noqa: S108 - the sandbox's own tmpfs, not the host's /tmp
 _KERNEL_NAME = "python3"
 _STOP_GRACE_S = 10.0
+_EXTENSION = "aicenter.runtime.notebook"  # this module by its name: run with -m, its __name__ is __main__
 
 
 def kernel_spec(kernel_python: str, server_python: str = sys.executable) -> dict[str, object]:
@@ -103,7 +105,12 @@ def prepare(env: Mapping[str, str], root: str = STATE_ROOT) -> tuple[dict[str, s
     token = env.get("AICENTER_NOTEBOOK_TOKEN", "")
     if len(token) < 32:
         raise SystemExit("aicenter notebook: no token (AICENTER_NOTEBOOK_TOKEN): JupyterLab never runs without one")
-    _write_private(config / "jupyter_server_config.json", {"IdentityProvider": {"token": token}})
+    server_config = {
+        "IdentityProvider": {"token": token},
+        # This module, as a server extension: it keeps the token out of the pages (``_load_jupyter_server_extension``).
+        "ServerApp": {"jpserver_extensions": {_EXTENSION: True}},
+    }
+    _write_private(config / "jupyter_server_config.json", server_config)
     kernel_python = env.get("AICENTER_NOTEBOOK_KERNEL_PYTHON") or sys.executable
     _write_private(data / "kernels" / _KERNEL_NAME / "kernel.json", kernel_spec(kernel_python))
     child = {k: v for k, v in env.items() if k != "AICENTER_NOTEBOOK_TOKEN" and not k.startswith("JUPYTER")}
@@ -152,6 +159,27 @@ def _agent_argv(env: Mapping[str, str], bind: str, port: int, workdir: str) -> l
         "--workdir",
         workdir,
     ]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Jupyter Server's entry point: this module is a server extension too (see below)."""
+    return [{"module": _EXTENSION}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Keep JupyterLab's token out of the pages it serves.
+
+    JupyterLab writes its token into every page's configuration (JupyterHub blanks it the same way), where the
+    browser would keep a credential that opens the notebook's port directly, past the platform's proxy, its
+    owner check and its activity tracking. The browser needs none: the proxy adds the token to each request.
+    Run once the extensions are loaded, after JupyterLab has filled the page configuration.
+    """
+    from tornado.ioloop import IOLoop
+
+    def blank() -> None:
+        serverapp.web_app.settings.setdefault("page_config_data", {})["token"] = ""
+
+    IOLoop.current().add_callback(blank)
 
 
 def main() -> int:

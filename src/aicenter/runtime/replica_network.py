@@ -52,22 +52,23 @@ class ReplicaNetwork:
         if self.api_fd is not None and self.upstream is not None:
             self.serving = True
             threading.Thread(target=self._serve, name="relay", daemon=True).start()
-        if self.published and self.netns:
-            threading.Thread(target=self._publish, name="publish", daemon=True).start()
+        for relay in self.publishers:
+            threading.Thread(target=relay.serve, name="publish", daemon=True).start()
 
-    def _publish(self) -> None:
-        """Listen on each published ``(host, port)`` of the node and relay it into the namespace's 127.0.0.1."""
+    def bind_published(self) -> str | None:
+        """Listen on each published ``(host, port)`` of the node, to be relayed into the namespace's 127.0.0.1;
+        why not, when a port is taken. Before the command starts: a port another process took since it was
+        allocated fails the launch, rather than leaving the platform to reach whoever holds it now."""
+        if not self.published or not self.netns:
+            return None
         from aicenter.runtime.relay import Relay, listen_on
 
-        assert self.netns is not None
         for host, port in self.published:
             try:
-                relay = Relay(listen_on(host, port), ("127.0.0.1", port), upstream_netns=self.netns)
-            except OSError as exc:  # the replica runs on; the platform reports its port unreachable
-                self.log("ERROR", f"cannot publish port {port} on {host}: {exc}")
-                continue
-            self.publishers.append(relay)
-            threading.Thread(target=relay.serve, name="publish", daemon=True).start()
+                self.publishers.append(Relay(listen_on(host, port), ("127.0.0.1", port), upstream_netns=self.netns))
+            except OSError as exc:
+                return f"cannot publish port {port} on {host}: {exc}"
+        return None
 
     def _serve(self) -> None:
         from aicenter.runtime.relay import Relay
