@@ -197,7 +197,7 @@ async def test_owner_page_has_open_buttons_save_train_and_the_idle_banner(
     await _run(db, job_id)
     now = utcnow()
     async with db.write() as session:
-        running = await notebooks.load_running(session, "secret", 3600)
+        running = await notebooks.load_running(session, "secret", 3600, Path("/nonexistent"))
         decision = IdleDecision(IdleVerdict.WARN, now - timedelta(minutes=55), now + timedelta(minutes=5))
         await notebooks.apply_idle(session, [(running[0], decision)], now=now)
 
