@@ -16,7 +16,7 @@ from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 
 DEADLINE_S = 120.0  # generous: JupyterLab starts in a few seconds on an idle machine, CI shares 2 cores
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a real JupyterLab start; the quick suite has the CLI against a server
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a real JupyterLab; the quick suite has the CLI on a server
 
 
 def _wait(cli: Cli, nb_id: int, statuses: set[str]) -> dict[str, Any]:
