@@ -25,6 +25,7 @@ from aicenter.cli.common import (
     user_id,
     workspace_id,
 )
+from aicenter.cli.notebooks import parse_idle_minutes
 
 user_app = typer.Typer(help="Users of the platform (platform admins).", no_args_is_help=True)
 workspace_app = typer.Typer(help="Workspaces (tenants).", no_args_is_help=True)
@@ -276,6 +277,20 @@ def workspace_admins_read_logs(
         raise typer.BadParameter(f"expected allow or deny, not {decision!r}", param_hint="DECISION")
     with client() as api:
         changed = api.update_workspace(workspace_id(api, workspace), admins_read_logs=decision == "allow")
+        out.show(changed, output)
+
+
+@workspace_app.command("notebook-idle-timeout")
+def workspace_notebook_idle_timeout(
+    workspace: Annotated[str, typer.Argument(help="Workspace name or id.")],
+    minutes: Annotated[str, typer.Argument(metavar="MINUTES|default", help="Idle minutes; 0: never; default.")],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set how long this workspace's notebooks may stay idle before they are stopped (its admins; a notebook's own
+    setting wins; default: the platform's)."""
+    seconds = parse_idle_minutes(minutes, "MINUTES")
+    with client() as api:
+        changed = api.update_workspace(workspace_id(api, workspace), notebook_idle_timeout_s=seconds)
         out.show(changed, output)
 
 

@@ -114,10 +114,22 @@ class TenancyMixin(BaseClient):
         return self._one(Workspace, "GET", f"/workspaces/{workspace_id}")
 
     def update_workspace(
-        self, workspace_id: int, *, name: str = UNSET, description: str = UNSET, admins_read_logs: bool = UNSET
+        self,
+        workspace_id: int,
+        *,
+        name: str = UNSET,
+        description: str = UNSET,
+        admins_read_logs: bool = UNSET,
+        notebook_idle_timeout_s: int | None = UNSET,
     ) -> Workspace:
-        """Rename a workspace, change its description, or let platform admins read its job logs (its admins)."""
-        fields = body(name=name, description=description, admins_read_logs=admins_read_logs)
+        """Rename a workspace, change its description, its notebooks' idle timeout (seconds; 0: never; None: the
+        platform's), or let platform admins read its job logs (its admins)."""
+        fields = body(
+            name=name,
+            description=description,
+            admins_read_logs=admins_read_logs,
+            notebook_idle_timeout_s=notebook_idle_timeout_s,
+        )
         return self._one(Workspace, "PATCH", f"/workspaces/{workspace_id}", json=fields)
 
     def delete_workspace(self, workspace_id: int) -> None:

@@ -131,6 +131,19 @@ def test_idle_timeout(admin_cli: Run) -> None:
     assert back["own_idle_timeout_s"] is None  # type: ignore[index]
 
 
+def test_a_workspace_sets_its_notebooks_idle_timeout(admin_cli: Run) -> None:
+    nb = _create(admin_cli, "ws-idle-nb")
+    workspace = str(nb["workspace_id"])
+    changed = as_json(admin_cli("workspace", "notebook-idle-timeout", workspace, "45", "-o", "json"))
+    assert changed["notebook_idle_timeout_s"] == 2700  # type: ignore[index]
+    assert as_json(admin_cli("notebook", "get", "ws-idle-nb", "-o", "json"))["idle_timeout_s"] == 2700  # type: ignore[index]
+    back = as_json(admin_cli("workspace", "notebook-idle-timeout", workspace, "default", "-o", "json"))
+    assert back["notebook_idle_timeout_s"] is None  # type: ignore[index]
+    bad = admin_cli("workspace", "notebook-idle-timeout", workspace, "soon")
+    assert bad.exit_code == 2
+    one_error_line(bad, "validation_failed")
+
+
 def test_stop_start_save_delete(admin_cli: Run) -> None:
     nb = _create(admin_cli, "life-nb")
     queued_start = admin_cli("notebook", "start", "life-nb")
