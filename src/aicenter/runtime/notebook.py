@@ -105,10 +105,16 @@ def prepare(env: Mapping[str, str], root: str = STATE_ROOT) -> tuple[dict[str, s
     token = env.get("AICENTER_NOTEBOOK_TOKEN", "")
     if len(token) < 32:
         raise SystemExit("aicenter notebook: no token (AICENTER_NOTEBOOK_TOKEN): JupyterLab never runs without one")
+    shell = _shell(env.get("SHELL"))
     server_config = {
         "IdentityProvider": {"token": token},
-        # This module, as a server extension: it keeps the token out of the pages (``_load_jupyter_server_extension``).
-        "ServerApp": {"jpserver_extensions": {_EXTENSION: True}},
+        "ServerApp": {
+            # This module, as a server extension: it keeps the token out of the pages.
+            "jpserver_extensions": {_EXTENSION: True},
+            # An interactive shell, not a login one: the system's /etc/profile would reset PATH (and the sandbox
+            # does not show it), hiding the image's python and the notebook's environment.
+            "terminado_settings": {"shell_command": [shell, "-i"] if shell.endswith("bash") else [shell]},
+        },
     }
     _write_private(config / "jupyter_server_config.json", server_config)
     kernel_python = env.get("AICENTER_NOTEBOOK_KERNEL_PYTHON") or sys.executable
@@ -121,7 +127,7 @@ def prepare(env: Mapping[str, str], root: str = STATE_ROOT) -> tuple[dict[str, s
         JUPYTER_PATH=str(data),
         # The image's python first: `python`, `pip` in a terminal are the kernel's.
         PATH=os.pathsep.join(p for p in (str(Path(kernel_python).parent), env.get("PATH", "")) if p),
-        SHELL=_shell(env.get("SHELL")),
+        SHELL=shell,
     )
     return child, str(config)
 
