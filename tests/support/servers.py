@@ -25,7 +25,7 @@ import pytest
 import uvicorn
 
 from aicenter.app import create_app
-from tests.support.settings import ADMIN_PASSWORD, FAST_HASHING_ENV, make_settings
+from tests.support.settings import ADMIN_PASSWORD, FAST_HASHING_ENV, SSH_ANY_PORT_ENV, make_settings
 
 READY_TIMEOUT_S = 60.0  # generous: CI shares 2 cores; start-up time is measured by bench/, never asserted
 
@@ -118,7 +118,9 @@ class Server:
         started = time.monotonic()
         self.proc = subprocess.Popen(
             [executable("aicenter"), "up", "--home", str(self.home), "--port", str(self.port)],
-            env=clean_env(**{"AICENTER_ADMIN_PASSWORD": ADMIN_PASSWORD, **FAST_HASHING_ENV, **self.env}),
+            env=clean_env(
+                **{"AICENTER_ADMIN_PASSWORD": ADMIN_PASSWORD, **FAST_HASHING_ENV, **SSH_ANY_PORT_ENV, **self.env}
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,

@@ -16,6 +16,8 @@ SECRET_KEY = "test-secret-key-0123456789"
 
 # The environment that gives a server process the same cheap hashing (``aicenter up`` subprocesses).
 FAST_HASHING_ENV = {"AICENTER_DEV": "1", "AICENTER_PASSWORD_HASHING": "fast"}
+# Test servers run side by side: each SSH gateway on a free port of its own, not the default 2222.
+SSH_ANY_PORT_ENV = {"AICENTER_SSH_PORT": "0"}
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:
@@ -27,6 +29,7 @@ def make_settings(home: Path, **overrides: Any) -> Settings:
         "register_host": False,
         "dev": True,
         "password_hashing": "fast",
+        "ssh_port": 0,
     }
     values.update(overrides)
     return Settings(**values)

@@ -210,6 +210,9 @@ class SshGateway:
             allow_scp=False,
             login_timeout=self._login_timeout_s,
             reuse_address=True,
+            # The server's worker processes (`aicenter up --workers N`) each run a gateway on the same port; the
+            # kernel spreads connections over them. Port 0 (tests) gets a port of its own.
+            reuse_port=port != 0,
         )
 
     async def close(self) -> None:
