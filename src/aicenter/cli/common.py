@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -54,6 +55,18 @@ class CliError(Exception):
 def invalid(option: str, message: str) -> CliError:
     """A usage/validation error in an option or argument: exit code 2."""
     return CliError("validation_failed", f"{option}: {message}", field=option, exit_code=2)
+
+
+def read_text_file(path: Path, option: str) -> str:
+    """A spec or notebook file's text; ``-`` reads standard input. A missing or unreadable file is ``invalid``."""
+    if str(path) == "-":
+        return sys.stdin.read()
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise invalid(option, f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise invalid(option, f"{path}: cannot be read ({exc})") from None
 
 
 def profile() -> Profile:

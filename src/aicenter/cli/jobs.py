@@ -6,7 +6,6 @@ same in the CLI, the API and the console and names the exact field (``tasks[0].r
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,6 +23,7 @@ from aicenter.cli.common import (
     confirm,
     invalid,
     pick,
+    read_text_file,
 )
 
 if TYPE_CHECKING:
@@ -180,18 +180,6 @@ def _names_workspace(text: str, overrides: list[str] | None) -> bool:
     return isinstance(document, dict) and document.get("workspace") is not None
 
 
-def _read_spec(path: Path) -> str:
-    """The spec file's text; ``-`` reads standard input."""
-    if str(path) == "-":
-        return sys.stdin.read()
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise invalid("SPEC", f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise invalid("SPEC", f"{path}: cannot be read ({exc})") from None
-
-
 EXAMPLE_SPEC = """\
 # A job spec: `aicenter job submit job.yaml` sends it; every field is described in docs/jobs.md.
 # Lines starting with # are comments: uncomment a field to use it.
@@ -304,7 +292,7 @@ def submit(
     output: OutputOpt = Output.table,
 ) -> None:
     """Submit a job from a spec file (`aicenter job init` writes an example to start from)."""
-    text = _read_spec(spec)
+    text = read_text_file(spec, "SPEC")
     with client() as api:
         ws = None if not workspace and _names_workspace(text, set_) else chosen_workspace(api, workspace)
         job = api.submit_job(text, set_ or (), workspace_id=ws)
@@ -499,7 +487,7 @@ def template_save(
     """Save a spec file as a template (it is checked like a submission)."""
     from aicenter.client import UNSET
 
-    text = _read_spec(spec)
+    text = read_text_file(spec, "SPEC")
     source: str | dict[str, Any] = text
     if set_:  # the API saves specs as given: the changes are applied here, by the parser the server uses
         from aicenter.core.jobs import apply_overrides, load_document

@@ -27,6 +27,7 @@ from aicenter.cli.common import (
     invalid,
     pairs,
     quantity,
+    read_text_file,
 )
 from aicenter.cli.jobs import (
     EVENT_COLUMNS,
@@ -153,17 +154,6 @@ def parse_idle_minutes(value: str, option: str) -> int | None:
     return minutes * 60
 
 
-def _read_file(path: Path) -> str:
-    if str(path) == "-":
-        return sys.stdin.read()
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise invalid("--file", f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise invalid("--file", f"{path}: cannot be read ({exc})") from None
-
-
 def _build_spec(
     text: str | None, fields: dict[str, Any], resources: dict[str, Any], env: dict[str, str]
 ) -> str | dict[str, Any]:
@@ -220,7 +210,7 @@ def create(
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a notebook and queue it; `aicenter notebook open NAME` opens JupyterLab once it runs."""
-    text = _read_file(file) if file is not None else None
+    text = read_text_file(file, "--file") if file is not None else None
     fields: dict[str, Any] = {
         k: v for k, v in {"name": name, "image": image, "algorithm": algorithm, "pool": pool}.items() if v is not None
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,6 +13,7 @@ from aicenter.db.models import AcceleratorType, Pool, User
 from aicenter.services import catalog, inventory, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.quotas import BUILTIN_RESOURCES
+from aicenter.web.forms import FormState
 
 # Selects list at most this many; a platform has tens of pools and accelerator types, not thousands.
 _MAX_CHOICES = 500
@@ -79,6 +81,16 @@ async def _versions(
                     label = v.ref + (f" — {v.description}" if v.description else "")
                     out.append((v.ref, label))
     return out
+
+
+def chosen_workspace_id(forms: Sequence[FormState] | None, fallback: int | None) -> int | None:
+    """The workspace a submitted run form named (the last one that did), else ``fallback``: the form is shown
+    again with the choices of the workspace the user picked."""
+    chosen = None
+    for state in forms or []:
+        raw = state.values.get("workspace_id", "")
+        chosen = int(raw) if raw.isdigit() else chosen
+    return chosen or fallback
 
 
 async def run_choices(session: AsyncSession, actor: Actor, workspace_id: int | None) -> RunChoices:

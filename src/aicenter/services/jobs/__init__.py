@@ -50,6 +50,7 @@ from aicenter.services.jobs._reconcile import (
     apply_steps,
     claim_jobs,
     load_jobs,
+    next_attempt_row,
     publish_host,
     replica_plans,
 )
@@ -153,6 +154,7 @@ __all__ = [
     "mark_preempted",
     "materialize",
     "metric_files",
+    "next_attempt_row",
     "notebook_base_url",
     "notebook_token",
     "place_job",

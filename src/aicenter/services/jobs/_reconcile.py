@@ -300,7 +300,7 @@ def _change_rows(job: Job, rows: Mapping[int, Replica], changes: Sequence[Replic
             log.warning("job %s: replica %s/%s not changed: %s", job.id, row.task, row.index, exc.message)
 
 
-def _next_attempt(row: Replica, attempt: int) -> Replica:
+def next_attempt_row(row: Replica, attempt: int) -> Replica:
     """The row of the next attempt of a replica: same resources and billing weight, not placed yet."""
     return Replica(
         job_id=row.job_id,
@@ -373,7 +373,7 @@ async def apply_steps(session: AsyncSession, work: Sequence[Work], *, lease_ttl_
             job.restart_count += 1
             job.counted_restarts += 1 if steps.counted else 0
             ordered = sorted(current.values(), key=lambda r: (r.task, r.index))
-            fresh = [_next_attempt(r, job.restart_count) for r in ordered]
+            fresh = [next_attempt_row(r, job.restart_count) for r in ordered]
             session.add_all(fresh)
             rows[job.id] = fresh
         change = steps.job

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.errors import AicenterError, Conflict, Forbidden, InvalidTransition
-from aicenter.core.jobs import RESUMABLE, JobKind, JobStatus, ReplicaStatus
+from aicenter.core.jobs import RESUMABLE, JobKind, JobStatus
 from aicenter.core.jobs.notebooks import check_idle_timeout, parse_notebook_spec
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import CatalogVersion, Job, Notebook, Replica
@@ -125,22 +125,7 @@ async def start_notebook(session: AsyncSession, actor: Actor, job_id: int) -> No
     ).all()
     attempt = job.restart_count + 1
     for row in rows:
-        session.add(
-            Replica(
-                job_id=job.id,
-                task=row.task,
-                index=row.index,
-                attempt=attempt,
-                status=ReplicaStatus.PENDING.value,
-                cpu_milli=row.cpu_milli,
-                memory_bytes=row.memory_bytes,
-                gpu=row.gpu,
-                gpu_type=row.gpu_type,
-                gpu_share=row.gpu_share,
-                spec_id=row.spec_id,
-                billing_weight=row.billing_weight,
-            )
-        )
+        session.add(jobs.next_attempt_row(row, attempt))
     job.restart_count = attempt
     job.stop_requested_by = None
     job.stop_requested_at = None

@@ -23,7 +23,7 @@ from aicenter.services import catalog, jobs, notebooks
 from aicenter.services.access import may_read_user_data
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int, parse_key_values
-from aicenter.web.pickers import run_choices
+from aicenter.web.pickers import chosen_workspace_id, run_choices
 
 router = APIRouter()
 
@@ -130,11 +130,7 @@ def _member_workspace_id(cx: Console) -> int | None:
 async def _new(
     cx: Console, *, tab: str, forms: list[FormState] | None = None, status: int = 200, note: str = ""
 ) -> Response:
-    chosen = None
-    for state in forms or []:
-        raw = state.values.get("workspace_id", "")
-        chosen = int(raw) if raw.isdigit() else chosen
-    workspace_id = chosen or _member_workspace_id(cx)
+    workspace_id = chosen_workspace_id(forms, _member_workspace_id(cx))
     async with cx.ctx.db.read() as session:
         choices = await run_choices(session, cx.actor, workspace_id)
     return render(

@@ -29,7 +29,7 @@ from aicenter.services import alerts, catalog, jobs, notebooks
 from aicenter.services.access import may_read_user_data
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int
-from aicenter.web.pickers import run_choices
+from aicenter.web.pickers import chosen_workspace_id, run_choices
 from aicenter.web.routes.jobs import BADGES
 from aicenter.web.security import add_page_headers, safe_next
 
@@ -150,11 +150,7 @@ async def list_notebooks(cx: Page) -> Response:
 
 
 async def _new(cx: Console, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
-    chosen = None
-    for state in forms or []:
-        raw = state.values.get("workspace_id", "")
-        chosen = int(raw) if raw.isdigit() else chosen
-    workspace_id = chosen or _member_workspace_id(cx)
+    workspace_id = chosen_workspace_id(forms, _member_workspace_id(cx))
     async with cx.ctx.db.read() as session:
         choices = await run_choices(session, cx.actor, workspace_id)
     return render(
