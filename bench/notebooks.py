@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -482,7 +483,7 @@ def section_ssh(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
                 done = subprocess.run([*base, access["host_alias"], "true"], capture_output=True, text=True, timeout=60)
                 times.append(time.perf_counter() - began)
                 if done.returncode != 0:
-                    raise RuntimeError(f"ssh exited {done.returncode}: {done.stderr}")
+                    raise RuntimeError(f"ssh #{len(times)} exited {done.returncode}: {done.stderr}")
             prompt = _prompt_once([*base, "-tt", access["host_alias"]])
             return {
                 "ssh_true_s": _summary(times),
@@ -512,8 +513,6 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
 
-    import jupyterlab
-
     load_before = os.getloadavg()[0]
     result: dict[str, Any] = {
         "benchmark": "notebooks",
@@ -523,7 +522,7 @@ def main() -> None:
             "python": platform.python_version(),
             "load_avg_1m_before": round(load_before, 2),
         },
-        "jupyterlab": jupyterlab.__version__,
+        "jupyterlab": version("jupyterlab"),
         "conditions": (
             "one `aicenter up` (SQLite, production settings, metrics sampler off, this host its only node) on "
             f"127.0.0.1; {'as root: each notebook in a bubblewrap sandbox' if os.geteuid() == 0 else 'not root'}; "
