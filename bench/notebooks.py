@@ -17,7 +17,10 @@ Sections (``SECTIONS``; run the ones named on the command line, default all), al
 
     python bench/notebooks.py [create] [proxy] [ssh] [--notebooks 10] [--requests 300] [--executes 100] [--ssh 10]
 
-Measured here: see the end of this docstring (MEASURED).
+Measured here (2 CPUs, load ~1, JupyterLab 4.6.6, as root: sandboxed): create-to-answer p50 2.41 s, p99 3.30 s
+(min 2.33, max 3.30; JupyterLab's own start, bare, p50 2.49 s: the platform's part is ~0.15 s); proxy adds 1.84 ms
+at p50 to GET api/status (1.07 -> 2.90 ms) and 0.78 ms to a kernel execute (47.5 -> 48.3 ms; ~47 ms is JupyterLab's
+own, a bare one measures the same); ssh notebook-<id> true p50 0.34 s, p99 0.39 s; interactive prompt 0.26 s.
 """
 
 from __future__ import annotations
