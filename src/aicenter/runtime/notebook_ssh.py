@@ -106,12 +106,53 @@ class AuthorizedKeys:
         return bytes(key.public_data) in self._keys
 
 
+class _TargetForwarder(asyncssh.SSHForwarder):
+    """The TCP side of a forwarded connection, which holds what the target sends until the channel is open.
+
+    The target may speak first (an SSH server sends its banner on accept). asyncssh's own forwarder keeps bytes
+    that arrive before it has a peer in a buffer it never flushes, and drops those that arrive before the peer (the
+    channel) is connected; the client then reads the key exchange without the banner ("banner line contains
+    invalid characters", seen under load through the gateway).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._early: list[bytes] = []
+        self._early_eof = False
+        self._open = False
+
+    def data_received(self, data: bytes, datatype: int | None = None) -> None:
+        if self._open:
+            super().data_received(data, datatype)
+        else:
+            self._early.append(data)
+
+    def eof_received(self) -> bool:
+        if self._open:
+            return super().eof_received()
+        self._early_eof = True
+        return True  # half-open until the channel is there to pass the EOF on
+
+    def channel_open(self) -> None:
+        self._open = True
+        early, self._early = b"".join(self._early), []
+        if early:
+            super().data_received(early)
+        if self._early_eof:
+            super().eof_received()
+
+
 class _ActivityForwarder(asyncssh.SSHForwarder):
     """The channel side of a forwarded TCP connection: notes client input, then forwards as usual."""
 
-    def __init__(self, peer: asyncssh.SSHForwarder, on_input: Callable[[], None]) -> None:
+    def __init__(self, peer: _TargetForwarder, on_input: Callable[[], None]) -> None:
         super().__init__(peer)
+        self._target = peer
         self._on_input = on_input
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._target.channel_open()
 
     def data_received(self, data: bytes, datatype: int | None = None) -> None:
         self._on_input()
@@ -122,7 +163,7 @@ async def open_forward(host: str, port: int, on_input: Callable[[], None]) -> as
     """Connect to ``host:port`` and return the session that forwards a direct-tcpip channel to it."""
     loop = asyncio.get_running_loop()
     try:
-        _, peer = await loop.create_connection(asyncssh.SSHForwarder, host, port)
+        _, peer = await loop.create_connection(_TargetForwarder, host, port)
     except OSError as exc:
         raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, f"{host}:{port}: {exc.strerror}") from None
     # A forwarder is what asyncssh's own forward_connection hands back as the channel's session.
