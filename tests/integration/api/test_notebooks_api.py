@@ -80,6 +80,9 @@ async def test_create_list_get_update_stop_start_delete(
     await client.post(f"{API}/{nb['id']}/stop", headers=h["alice"])
     assert (await client.delete(f"{API}/{nb['id']}", headers=h["alice"])).status_code == 204
     assert await _count(db) == (0, 0)
+    # Ids are never reused, on SQLite too: the id names the work dir, the JupyterLab token, the SSH alias and key.
+    again = await client.post(API, json=_nb(), headers=h["alice"])
+    assert again.json()["id"] > nb["id"]
 
 
 async def test_bad_requests_name_the_field_and_create_nothing(

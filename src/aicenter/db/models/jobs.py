@@ -58,6 +58,10 @@ class Job(IdMixin, TimestampMixin, LeaseMixin, Base):
         Index("ix_jobs_status", "status"),
         Index("ix_jobs_workspace_id_status", "workspace_id", "status"),
         Index("ix_jobs_user_id", "user_id"),
+        # Ids are never reused (SQLite would otherwise give a deleted newest job's id to the next one): a job's
+        # directory, its notebook's JupyterLab token, SSH alias and host key, and its metric series are all
+        # named by it.
+        {"sqlite_autoincrement": True},
     )
 
 

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 187114807cf0
+Revision ID: c8d17761dabc
 Revises: 
-Create Date: 2026-12-05 12:13:30.601108
+Create Date: 2026-12-05 13:13:51.692321
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '187114807cf0'
+revision: str = 'c8d17761dabc'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -306,7 +306,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['pool_id'], ['pools.id'], name=op.f('fk_jobs_pool_id_pools'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_jobs_user_id_users'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_jobs_workspace_id_workspaces'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_jobs'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_jobs')),
+    sqlite_autoincrement=True
     )
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_jobs_lock_expires_at'), ['lock_expires_at'], unique=False)
