@@ -359,6 +359,11 @@ class Settings(BaseSettings):
         le=65535,
         description="Port of the SSH gateway; 0: any free port (tests); -1: no SSH gateway.",
     )
+    ssh_reuse_port: bool = Field(
+        default=False,
+        description="Let several server processes share the SSH gateway's port (set by `aicenter up --workers N`, "
+        "whose workers each run a gateway); otherwise a second server on the port is refused, not mixed in.",
+    )
     ssh_public_host: str | None = Field(
         default=None,
         description="Host name users' SSH clients connect to (printed by `aicenter notebook ssh-config`). Default: "

@@ -20,7 +20,7 @@ import pytest
 
 from aicenter.client import Client
 from tests.support.servers import clean_env, free_port
-from tests.support.settings import FAST_HASHING_ENV
+from tests.support.settings import FAST_HASHING_ENV, SSH_ANY_PORT_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ def test_first_start_prints_password_once_and_restarts_keep_data(tmp_path: Path)
 
 
 def test_workers_share_the_port(tmp_path: Path) -> None:
-    up = Up(tmp_path / "home", "--workers", "2", env=FAST_HASHING_ENV)
+    up = Up(tmp_path / "home", "--workers", "2", env={**FAST_HASHING_ENV, **SSH_ANY_PORT_ENV})
     output = "\n".join(up.lines)
     assert PASSWORD.search(output), output
     assert output.count("Created platform admin") == 1
@@ -143,7 +143,7 @@ def test_bad_engine_flags_are_refused_before_anything_is_created(
         [sys.executable, "-m", "aicenter.cli", "up", "--home", str(home), "--port", str(free_port()), *flags],
         capture_output=True,
         text=True,
-        env=clean_env(**FAST_HASHING_ENV),
+        env=clean_env(**FAST_HASHING_ENV, **SSH_ANY_PORT_ENV),
         timeout=60,
     )
     assert result.returncode == 2, result.stderr

@@ -168,6 +168,8 @@ def up(
     ):
         if value is not None:
             os.environ[name] = value
+    if workers > 1:  # each worker runs an SSH gateway on the one port
+        os.environ["AICENTER_SSH_REUSE_PORT"] = "1"
     settings = _settings()
     sock = _listen(host, port)  # before anything is created: see _listen
 

@@ -194,8 +194,9 @@ class SshGateway:
             self._host_public_key = _ensure_host_key(self.host_key_path)
         return self._host_public_key
 
-    async def start(self, host: str = "127.0.0.1", port: int = 2222) -> None:
-        """Listen on ``host:port`` (port 0: any free port, see ``port``)."""
+    async def start(self, host: str = "127.0.0.1", port: int = 2222, *, reuse_port: bool = False) -> None:
+        """Listen on ``host:port`` (port 0: any free port, see ``port``); ``reuse_port``: share it with the
+        server's other worker processes, each running a gateway (the kernel spreads connections over them)."""
         self._host_public_key = _ensure_host_key(self.host_key_path)
         self._server = await asyncssh.create_server(
             lambda: _GatewayConnection(self),
@@ -210,9 +211,7 @@ class SshGateway:
             allow_scp=False,
             login_timeout=self._login_timeout_s,
             reuse_address=True,
-            # The server's worker processes (`aicenter up --workers N`) each run a gateway on the same port; the
-            # kernel spreads connections over them. Port 0 (tests) gets a port of its own.
-            reuse_port=port != 0,
+            reuse_port=reuse_port,
         )
 
     async def close(self) -> None:

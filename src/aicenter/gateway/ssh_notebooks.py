@@ -53,7 +53,7 @@ async def start_ssh_gateway(settings: Settings, db: Database, notebooks: Noteboo
     )
     host = settings.ssh_host or settings.host
     try:
-        await gateway.start(host, settings.ssh_port)
+        await gateway.start(host, settings.ssh_port, reuse_port=settings.ssh_reuse_port and settings.ssh_port != 0)
     except OSError as exc:
         log.error(
             "the SSH gateway cannot listen on %s:%s (%s): no SSH access to notebooks", host, settings.ssh_port, exc
