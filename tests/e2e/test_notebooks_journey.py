@@ -88,7 +88,7 @@ def _http(world: dict[str, Any], user: str) -> httpx.Client:
 def _wait_image(http: httpx.Client) -> None:
     deadline = time.monotonic() + DEADLINE_S * 2
     while time.monotonic() < deadline:
-        items = http.get("/api/v1/images", params={"name": "py-tiny"}).json()["items"]
+        items = http.get("/api/v1/images", params={"q": "py-tiny"}).json()["items"]
         build = http.get(f"/api/v1/images/{items[0]['id']}/versions/1/build").json()
         if build["state"] in ("ready", "failed"):
             assert build["state"] == "ready", build
@@ -155,6 +155,16 @@ def test_a_member_debugs_saves_and_trains_and_nobody_else_gets_in(world: dict[st
     assert httpx.get(f"{server.url}/notebooks/{nb['id']}/api/status").status_code == 401
     with pytest.raises(Exception, match=r"1008|policy|rejected|closed"):
         execute(server.url, nb["id"], kernel, "print(1)", headers={"Authorization": f"Bearer {world['tokens']['bob']}"})
+
+    # A save over the workspace's storage quota is refused and leaves nothing: not even the algorithm it named.
+    workspace_id = nb["workspace_id"]
+    with _http(world, "admin") as admin:
+        assert admin.put(f"/api/v1/workspaces/{workspace_id}/storage", json={"limit": "1"}).status_code == 200
+        over = alice.post(f"/api/v1/notebooks/{nb['id']}/save", json={"algorithm": "fresh"})
+        assert (over.status_code, over.json()["error"]["code"]) == (409, "quota_exceeded"), over.text
+        mine = alice.get("/api/v1/algorithms", params={"q": "fresh"}).json()["items"]
+        assert [i["name"] for i in mine] == []
+        assert admin.put(f"/api/v1/workspaces/{workspace_id}/storage", json={"limit": None}).status_code == 200
 
     # Save: the work dir becomes resnet:2; train from it: the job runs the code written in the notebook.
     saved = alice.post(f"/api/v1/notebooks/{nb['id']}/save", json={"description": "from my notebook"})

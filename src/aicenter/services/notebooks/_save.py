@@ -100,6 +100,7 @@ async def save_notebook(
         if notebook is None:
             raise Conflict(f"notebook {job.id} has no notebook record")
         item = None
+        created = False
         if algorithm is None and notebook.algorithm_item_id is not None:
             item = await session.get(CatalogItem, notebook.algorithm_item_id)
             if item is not None and item.owner_id != actor.user_id:
@@ -119,28 +120,34 @@ async def save_notebook(
                 )
             )
             if item is None:
-                created = await catalog.create_item(
+                new_item = await catalog.create_item(
                     session, actor, ItemKind.ALGORITHM, name=algorithm, workspace_id=job.workspace_id
                 )
-                item_id = created.id
+                item_id, created = new_item.id, True
             else:
                 item_id = item.id
         else:
             item_id = item.id
         workspace_id = job.workspace_id
     work = jobs.job_dirs(jobs_path, job_id).work
-    with tempfile.TemporaryDirectory(prefix=f"aicenter-save-{job_id}-") as tmp:
-        links = await asyncio.to_thread(_snapshot, work, Path(tmp)) if work.exists() else 0
-        version = await catalog.create_version_from_directory(
-            db,
-            actor,
-            store,
-            ItemKind.ALGORITHM,
-            item_id,
-            Path(tmp),
-            description=description or f"saved from notebook {job_id}",
-            metadata=None,
-        )
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"aicenter-save-{job_id}-") as tmp:
+            links = await asyncio.to_thread(_snapshot, work, Path(tmp)) if work.exists() else 0
+            version = await catalog.create_version_from_directory(
+                db,
+                actor,
+                store,
+                ItemKind.ALGORITHM,
+                item_id,
+                Path(tmp),
+                description=description or f"saved from notebook {job_id}",
+                metadata=None,
+            )
+    except BaseException:
+        if created:  # the algorithm made for this save goes with it: a refused save leaves nothing behind
+            async with db.write() as session:
+                await catalog.delete_item(session, actor, ItemKind.ALGORITHM, item_id)
+        raise
     async with db.write() as session:
         notebook = await session.scalar(select(Notebook).where(Notebook.job_id == job_id))
         if notebook is not None:
