@@ -126,7 +126,7 @@ def test_sigusr2_kills_a_command_ignoring_sigterm_and_records_a_stop(tmp_path: P
 
 def test_a_plan_with_a_usage_interval_gets_usage_json_while_the_command_runs(tmp_path: Path) -> None:
     """Slurm's replica telemetry: the launcher writes the command's CPU seconds and memory every interval."""
-    burn = "sum(range(3 * 10**6)); x = b'x' * (32 << 20); print('ready', flush=True); import time; time.sleep(60)"
+    burn = "sum(range(2 * 10**7)); x = b'x' * (32 << 20); print('ready', flush=True); import time; time.sleep(60)"
     command = f'{sys.executable} -c "{burn}"'
     plan = LauncherPlan(command=command, workdir=str(tmp_path), cgroups=False, usage_interval_s=0.2)
     launcher = _start_until_ready(tmp_path, plan)
