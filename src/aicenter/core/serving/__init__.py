@@ -1,2 +1,2 @@
-"""Serving, pure: the autoscaler's decision (``autoscale``). Services, revisions and traffic come with the
-inference-services issue."""
+"""Serving, pure: the autoscaler's decision (``autoscale``), the gateway's route table and routing choices
+(``routing``), and what a user asks to deploy (``spec``)."""
