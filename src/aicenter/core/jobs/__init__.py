@@ -3,6 +3,7 @@
 Services, the API and the CLI import from here; the modules behind it may move.
 """
 
+from aicenter.core.jobs._model import SpecModel, fail, translate
 from aicenter.core.jobs._yaml import load_document
 from aicenter.core.jobs.accounting import (
     MachineTime,
@@ -77,6 +78,7 @@ __all__ = [
     "ReplicaStatus",
     "ResourceRequest",
     "RetryPolicy",
+    "SpecModel",
     "StatusChange",
     "TaskSpec",
     "TimedReplica",
@@ -85,6 +87,7 @@ __all__ = [
     "check_transition",
     "counts_against_budget",
     "dominant_reason",
+    "fail",
     "job_machine_time",
     "load_document",
     "machine_time_s",
@@ -98,4 +101,5 @@ __all__ = [
     "stop_reason",
     "task_machine_time_s",
     "transition",
+    "translate",
 ]

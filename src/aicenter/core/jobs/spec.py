@@ -26,6 +26,7 @@ from aicenter.core.errors import ValidationFailed
 from aicenter.core.jobs._model import SpecModel, choice, core_check, fail, show, translate
 from aicenter.core.jobs._yaml import load_document
 from aicenter.core.jobs.retry import RetryPolicy
+from aicenter.core.jobs.serving import SERVICE_PRIORITY, ServingConfig, service_rules
 from aicenter.core.names import NAME_RE, USERNAME_RE, check_name, check_text
 from aicenter.core.quantity import format_cpu, parse_cpu, parse_memory
 
@@ -34,6 +35,7 @@ class JobKind(StrEnum):
     TRAIN = "train"
     NOTEBOOK = "notebook"
     TRIAL = "trial"
+    SERVICE = "service"  # one replica of an inference service (core/jobs/serving.py)
 
 
 class Framework(StrEnum):
@@ -316,6 +318,9 @@ class JobSpec(SpecModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     output_model: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # A model version the job reads, mounted read-only at $AICENTER_MODEL_DIR (what a service replica serves).
+    model: str | None = None
+    serving: ServingConfig | None = None
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -347,7 +352,7 @@ class JobSpec(SpecModel):
     def _image(cls, value: Any) -> str:
         return "host" if value == "host" else _ref(value)
 
-    @field_validator("algorithm", mode="before")
+    @field_validator("algorithm", "model", mode="before")
     @classmethod
     def _algorithm(cls, value: Any) -> Any:
         return value if value is None else _ref(value)
@@ -382,6 +387,10 @@ class JobSpec(SpecModel):
         _framework_rules(self.framework, self.tasks)
         if self.kind is JobKind.NOTEBOOK:
             _notebook_rules(self)
+        if self.kind is JobKind.SERVICE:
+            service_rules(self)
+        elif self.serving is not None:
+            fail("only a service replica has a serving section", at="serving")
         return self
 
     def normalized(self) -> dict[str, Any]:
@@ -411,6 +420,8 @@ class JobSpec(SpecModel):
 
     @property
     def priority_value(self) -> int:
+        if self.kind is JobKind.SERVICE:
+            return SERVICE_PRIORITY
         return PRIORITY_VALUES[self.priority]
 
 

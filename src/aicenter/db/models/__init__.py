@@ -8,6 +8,7 @@ from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
 from aicenter.db.models.lease import Lease
 from aicenter.db.models.monitoring import MetricIngestCursor, MetricPoint, MetricRollup, MetricSeries
 from aicenter.db.models.notebooks import Notebook
+from aicenter.db.models.serving import Service, ServiceKey, ServiceLoad, ServiceReplica, ServiceRevision
 from aicenter.db.models.ssh_keys import SshKey
 from aicenter.db.models.tenancy import ApiToken, LoginAttempt, Membership, Quota, User, Workspace
 
@@ -40,6 +41,11 @@ __all__ = [
     "Quota",
     "Replica",
     "ResourceSpec",
+    "Service",
+    "ServiceKey",
+    "ServiceLoad",
+    "ServiceReplica",
+    "ServiceRevision",
     "Silence",
     "SshKey",
     "UploadSession",

@@ -46,6 +46,7 @@ class Job(IdMixin, TimestampMixin, LeaseMixin, Base):
     algorithm_version_id: Mapped[int | None] = mapped_column(BigIntId, default=None)
     dataset_version_ids: Mapped[list[Any]] = mapped_column(default=list)
     output_model_version_id: Mapped[int | None] = mapped_column(BigIntId, default=None)
+    model_version_id: Mapped[int | None] = mapped_column(BigIntId, default=None)  # the spec's ``model``
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -314,6 +314,7 @@ async def submit_job(
     workspace_id: int | None = None,
     template_id: int | None = None,
     notebook: bool = False,
+    service: bool = False,
 ) -> JobView:
     """Submit a job: it is created ``pending``, then ``queued`` once every reference is resolved.
 
@@ -324,6 +325,7 @@ async def submit_job(
         template_id: The template it came from (recorded in the audit log).
         notebook: The notebooks service creating a notebook: only then is kind ``notebook`` accepted (a notebook
             needs its own row and files, which ``services.notebooks.create_notebook`` makes).
+        service: The serving service starting a service replica: only then is kind ``service`` accepted.
 
     Raises:
         ValidationFailed: A malformed spec or override, an unknown or unusable spec name or accelerator type, a
@@ -341,6 +343,12 @@ async def submit_job(
         raise ValidationFailed(
             "notebooks are created with POST /api/v1/notebooks (aicenter notebook create), not as jobs", field="kind"
         )
+    if (spec.kind is JobKind.SERVICE) != service:
+        if service:
+            raise ValidationFailed("a service replica's spec has kind service", field="kind")
+        raise ValidationFailed(
+            "services are deployed with POST /api/v1/services (aicenter service deploy), not as jobs", field="kind"
+        )
     workspace = await resolve_workspace(session, actor, spec.workspace, workspace_id)
 
     image_id = None
@@ -349,6 +357,9 @@ async def submit_job(
     algorithm_id = None
     if spec.algorithm is not None:
         algorithm_id = await _resolve_ref(session, actor, ItemKind.ALGORITHM, spec.algorithm, "algorithm", workspace.id)
+    model_id = None
+    if spec.model is not None:
+        model_id = await _resolve_ref(session, actor, ItemKind.MODEL, spec.model, "model", workspace.id)
     dataset_ids = [
         await _resolve_ref(session, actor, ItemKind.DATASET, ref, f"datasets[{i}]", workspace.id)
         for i, ref in enumerate(spec.datasets)
@@ -390,6 +401,7 @@ async def submit_job(
         image_version_id=image_id,
         algorithm_version_id=algorithm_id,
         dataset_version_ids=dataset_ids,
+        model_version_id=model_id,
     )
     session.add(job)
     await session.flush()
@@ -417,8 +429,9 @@ async def submit_job(
     details: dict[str, Any] = {"name": job.name, "pool": pool.name, "replicas": spec.replica_count}
     if template_id is not None:
         details["template_id"] = template_id
-    action = "notebook.create" if notebook else "job.submit"
-    audit.record(session, actor, action, "job", job.id, workspace_id=workspace.id, details=details)
+    if not service:  # the service's own deploy/scale is audited, not each replica it starts
+        action = "notebook.create" if notebook else "job.submit"
+        audit.record(session, actor, action, "job", job.id, workspace_id=workspace.id, details=details)
     notify_after_commit(session)  # the scheduler of this process looks at once, not at its next tick
     return (await job_views(session, [job]))[0]
 
