@@ -26,6 +26,7 @@ from aicenter.runtime.env import ports_needed
 from aicenter.services import catalog, notebooks
 from aicenter.services.jobs import (
     NOTEBOOK_PORTS,
+    SERVICE_PORTS,
     ImageNotReady,
     JobState,
     final_metrics,
@@ -153,13 +154,16 @@ class Hands:
         dirs = job_dirs(self.settings.jobs_path, info.id)
         try:
             async with self.db.read() as session:
-                content = await load_content(session, info.algorithm_version_id, list(info.dataset_version_ids))
+                content = await load_content(
+                    session, info.algorithm_version_id, list(info.dataset_version_ids), info.model_version_id
+                )
                 await python_bin(session, self.store, info.spec.image, info.image_version_id)  # built and ready?
             notebook = info.spec.kind is JobKind.NOTEBOOK
             await materialize(self.store, dirs, content, writable_code=notebook)
             if notebook:
                 await notebooks.prepare_state(self.db, dirs.notebook, info.user_id)
             wanted = ports_needed(info.spec.framework.value) + (NOTEBOOK_PORTS if notebook else 0)
+            wanted += SERVICE_PORTS if info.spec.kind is JobKind.SERVICE else 0
             intents: dict[int, Intent] = {}
             for r in state.replicas.values():
                 node = info.nodes.get(r.node)

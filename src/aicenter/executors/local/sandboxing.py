@@ -36,7 +36,7 @@ __all__ = [
 SandboxMode = Literal["auto", "bwrap", "off"]
 NetworkMode = Literal["isolated", "host"]
 
-_READ_ONLY_VARIABLES = ("AICENTER_CODE_DIR", "AICENTER_DATA_DIR")
+_READ_ONLY_VARIABLES = ("AICENTER_CODE_DIR", "AICENTER_DATA_DIR", "AICENTER_MODEL_DIR")
 _READ_WRITE_VARIABLES = ("AICENTER_OUTPUT_DIR", "AICENTER_CHECKPOINT_DIR")
 # Nodes every NVIDIA process opens besides its /dev/nvidia<N>; missing ones are skipped by bwrap.
 _NVIDIA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -204,5 +204,7 @@ def isolate_network(
     held = netns.enter(netns.job_netns_name(scope, plan.job_id), None if upstream is None else upstream[1])
     published = tuple((plan.publish_host, port) for port in plan.published)
     if published:
-        env["AICENTER_NOTEBOOK_BIND"] = "127.0.0.1"
+        # A notebook's and a service replica's servers listen on the namespace's own loopback: the launcher
+        # relays the node's published ports there.
+        env["AICENTER_NOTEBOOK_BIND"] = env["AICENTER_SERVE_BIND"] = "127.0.0.1"
     return spec._replace(netns=held.path, api_upstream=upstream, published=published), env, held

@@ -79,6 +79,7 @@ from aicenter.services.jobs._scheduling import (
     place_job,
     set_pending_reasons,
 )
+from aicenter.services.jobs._service_plan import SERVICE_PORTS
 from aicenter.services.jobs._submit import Amounts, load_spec, resolve_workspace, resubmit_job, submit_job
 from aicenter.services.jobs._templates import (
     create_template,
@@ -101,6 +102,7 @@ __all__ = [
     "MAX_POINTS",
     "NOTEBOOK_PORTS",
     "PENDING_REASON_MAX",
+    "SERVICE_PORTS",
     "SYSTEM",
     "Amounts",
     "Applied",

@@ -84,6 +84,7 @@ class JobInfo:
     algorithm_version_id: int | None
     dataset_version_ids: tuple[int, ...]
     nodes: Mapping[str, NodeRef] = field(default_factory=dict)
+    model_version_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +282,7 @@ async def load_jobs(session: AsyncSession, tokens: Mapping[int, str]) -> dict[in
             algorithm_version_id=job.algorithm_version_id,
             dataset_version_ids=tuple(int(v) for v in job.dataset_version_ids or []),
             nodes={r.node_name: nodes[r.node_name] for r in rows[job.id] if r.node_name in nodes},
+            model_version_id=job.model_version_id,
         )
         out[job.id] = _state(job, rows[job.id], info)
     return out

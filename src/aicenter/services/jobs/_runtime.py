@@ -5,6 +5,7 @@ Layout (one directory per job, shared by every attempt; ``settings.jobs_path``):
 
     <jobs>/<job id>/code                 the algorithm version's files, read-only ($AICENTER_CODE_DIR, cwd)
     <jobs>/<job id>/data/<dataset name>  each dataset version's files, read-only ($AICENTER_DATA_DIR)
+    <jobs>/<job id>/model                the spec's model version's files, read-only ($AICENTER_MODEL_DIR)
     <jobs>/<job id>/output               files that become the output model version ($AICENTER_OUTPUT_DIR)
     <jobs>/<job id>/checkpoints          kept across restarts ($AICENTER_CHECKPOINT_DIR)
     <jobs>/<job id>/runs/<attempt>/<task>-<index>   the executor's run dir of one replica attempt
@@ -41,6 +42,7 @@ from aicenter.runtime.env import ReplicaAddress, framework_env, runtime_env
 from aicenter.runtime.jobpath import job_pythonpath, write_job_pythonpath
 from aicenter.services.catalog import env_dir
 from aicenter.services.jobs._notebook_plan import notebook_plan
+from aicenter.services.jobs._service_plan import service_plan
 from aicenter.storage import BLOB_MODE, BlobStore
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,11 @@ class JobDirs:
         return self.root / "work"
 
     @property
+    def model(self) -> Path:
+        """The model version the job reads (a service replica serves it), read-only."""
+        return self.root / "model"
+
+    @property
     def notebook(self) -> Path:
         """A notebook's state: the SSH agent's host key, authorized keys and activity file."""
         return self.root / "notebook"
@@ -103,20 +110,26 @@ class Content:
 
     code: list[FileEntry]
     datasets: dict[str, list[FileEntry]]
+    model: list[FileEntry] | None = None
+
+
+async def _manifest(session: AsyncSession, version_id: int) -> list[FileEntry]:
+    rows = await session.execute(
+        select(VersionFile.path, VersionFile.sha256, VersionFile.mode).where(VersionFile.version_id == version_id)
+    )
+    return [FileEntry(p, h, m) for p, h, m in rows]
 
 
 async def load_content(
-    session: AsyncSession, algorithm_version_id: int | None, dataset_version_ids: Sequence[int]
+    session: AsyncSession,
+    algorithm_version_id: int | None,
+    dataset_version_ids: Sequence[int],
+    model_version_id: int | None = None,
 ) -> Content:
-    """The manifests of the job's algorithm and dataset versions (one query each)."""
+    """The manifests of the job's algorithm, dataset and model versions (one query each)."""
     code: list[FileEntry] = []
     if algorithm_version_id is not None:
-        rows = await session.execute(
-            select(VersionFile.path, VersionFile.sha256, VersionFile.mode).where(
-                VersionFile.version_id == algorithm_version_id
-            )
-        )
-        code = [FileEntry(p, h, m) for p, h, m in rows]
+        code = await _manifest(session, algorithm_version_id)
     datasets: dict[str, list[FileEntry]] = {}
     ids = [int(i) for i in dataset_version_ids]
     if ids:
@@ -135,7 +148,8 @@ async def load_content(
             datasets.setdefault(names.get(version_id, f"dataset-{version_id}"), [])
         for version_id, path, sha, mode in file_rows:
             datasets[names.get(version_id, f"dataset-{version_id}")].append(FileEntry(path, sha, mode))
-    return Content(code, datasets)
+    model = None if model_version_id is None else await _manifest(session, model_version_id)
+    return Content(code, datasets, model)
 
 
 def _safe_relative(path: str) -> PurePosixPath:
@@ -239,6 +253,8 @@ def materialize_sync(store: BlobStore, dirs: JobDirs, content: Content, *, writa
                 raise
             _unseal(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
+    if content.model is not None:
+        _build_tree(store, content.model, dirs.model)
     dirs.output.mkdir(exist_ok=True)
     dirs.checkpoints.mkdir(exist_ok=True)
     write_job_pythonpath(dirs.root.parent)  # for jobs in venv images: see ``build_plans``
@@ -348,6 +364,8 @@ def build_plans(
             )
         )
         env.update(framework_env(spec.framework.value, layout, rank))
+        if spec.model is not None:
+            env["AICENTER_MODEL_DIR"] = str(dirs.model)
         if extra_path is not None:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), extra_path) if p)
         plan = ReplicaPlan(
@@ -376,6 +394,10 @@ def build_plans(
                 token=notebook_token,
                 publish_host=publish_host,
             )
+        if spec.kind is JobKind.SERVICE:
+            assert spec.serving is not None  # the spec's rules
+            serving = spec.serving.model_dump(mode="json", exclude_none=True)
+            plan = service_plan(plan, ports=replica.ports, publish_host=publish_host, serving=serving)
         plans.append(plan)
     return plans
 

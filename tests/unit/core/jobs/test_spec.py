@@ -243,7 +243,7 @@ BAD: list[tuple[str, Any, str, str | None]] = [
         "bad kind",
         base(kind="sweep"),
         "kind",
-        '"sweep" is not one of train, notebook, trial',
+        '"sweep" is not one of train, notebook, trial, service',
     ),
     (
         "bad framework",
