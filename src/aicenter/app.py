@@ -29,6 +29,7 @@ from aicenter.controllers import (
     notebook_culler,
     sampler,
     scheduling,
+    serving,
     store_gc,
 )
 from aicenter.controllers.base import Controller
@@ -134,6 +135,7 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     alerts.build_evaluator,
     alerts.build_delivery,
     notebook_culler.build,
+    serving.build,
 ]
 
 

@@ -348,6 +348,17 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the idle culler looks at every running notebook (one status read each).",
     )
+    serving_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the serving controller reconciles services (readiness, traffic, autoscaling).",
+    )
+    serving_gateway_refresh_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often each server process reloads the serving gateway's route table (no database "
+        "access per request; a change made through this process reloads it at once).",
+    )
     ssh_host: str | None = Field(
         default=None,
         description="Address the SSH gateway listens on (ssh, sftp, VS Code and PyCharm reach notebooks through "

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EventBus", "alerts_outbox", "jobs_changed", "notify_after_commit", "ssh_keys_changed"]
+__all__ = ["EventBus", "alerts_outbox", "jobs_changed", "notify_after_commit", "routes_changed", "ssh_keys_changed"]
 
 
 class EventBus:
@@ -53,6 +53,10 @@ alerts_outbox = EventBus()
 
 ssh_keys_changed = EventBus()
 """A user added or deleted an SSH key: running notebooks' authorized_keys files are due to be rewritten."""
+
+
+routes_changed = EventBus()
+"""Services, revisions, replicas or keys changed: this process's serving gateway reloads its route table now."""
 
 
 def notify_after_commit(session: AsyncSession) -> None:

@@ -78,7 +78,7 @@ class Rollout(SpecModel):
     """How traffic moves to a new revision once it is ready."""
 
     strategy: RolloutStrategy = RolloutStrategy.ALL
-    canary_percent: int = Field(default=10, ge=1, le=99, strict=True)
+    canary_percent: int = Field(default=10, ge=0, le=99, strict=True)  # 0: by header only
     step_percent: int = Field(default=25, ge=1, le=100, strict=True)
     step_interval_s: int = Field(default=30, ge=1, le=3600, strict=True)
 

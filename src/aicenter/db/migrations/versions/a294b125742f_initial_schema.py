@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: c8d17761dabc
+Revision ID: a294b125742f
 Revises: 
-Create Date: 2026-12-05 13:13:51.692321
+Create Date: 2026-12-05 17:16:43.546163
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'c8d17761dabc'
+revision: str = 'a294b125742f'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -291,6 +291,7 @@ def upgrade() -> None:
     sa.Column('algorithm_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('dataset_version_ids', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
     sa.Column('output_model_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('model_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('submitted_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
     sa.Column('scheduled_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
@@ -351,6 +352,35 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_quotas')),
     sa.UniqueConstraint('workspace_id', 'pool_id', name='uq_quotas_workspace_pool')
     )
+    op.create_table('services',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('description', sa.String(length=4096), nullable=False),
+    sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('ab_header', sa.String(length=64), nullable=False),
+    sa.Column('max_body_bytes', sa.Integer(), nullable=False),
+    sa.Column('stable_revision_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('next_revision', sa.Integer(), nullable=False),
+    sa.Column('stopped_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('stop_requested_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('ready_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('lock_owner', sa.String(), nullable=True),
+    sa.Column('lock_token', sa.String(), nullable=True),
+    sa.Column('lock_expires_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_services_user_id_users'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_services_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_services')),
+    sa.UniqueConstraint('workspace_id', 'name', name='uq_services_workspace_name'),
+    sqlite_autoincrement=True
+    )
+    with op.batch_alter_table('services', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_services_lock_expires_at'), ['lock_expires_at'], unique=False)
+
     op.create_table('silences',
     sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('matchers', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
@@ -517,6 +547,49 @@ def upgrade() -> None:
     with op.batch_alter_table('replicas', schema=None) as batch_op:
         batch_op.create_index('ix_replicas_status', ['status'], unique=False)
 
+    op.create_table('service_keys',
+    sa.Column('service_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('prefix', sa.String(length=16), nullable=False),
+    sa.Column('key_hash', sa.String(length=64), nullable=False),
+    sa.Column('created_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('revoked_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['service_id'], ['services.id'], name=op.f('fk_service_keys_service_id_services'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_service_keys')),
+    sa.UniqueConstraint('key_hash', name=op.f('uq_service_keys_key_hash'))
+    )
+    with op.batch_alter_table('service_keys', schema=None) as batch_op:
+        batch_op.create_index('ix_service_keys_service_id', ['service_id'], unique=False)
+
+    op.create_table('service_revisions',
+    sa.Column('service_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('number', sa.Integer(), nullable=False),
+    sa.Column('model_version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('model_ref', sa.String(length=256), nullable=False),
+    sa.Column('runtime', sa.String(length=16), nullable=False),
+    sa.Column('spec', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('job_spec', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
+    sa.Column('signature', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=True),
+    sa.Column('traffic', sa.Integer(), nullable=False),
+    sa.Column('target_traffic', sa.Integer(), nullable=False),
+    sa.Column('header_value', sa.String(length=128), nullable=False),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('desired_replicas', sa.Integer(), nullable=False),
+    sa.Column('ready_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('retired_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_request_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_by', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['service_id'], ['services.id'], name=op.f('fk_service_revisions_service_id_services'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_service_revisions')),
+    sa.UniqueConstraint('service_id', 'number', name='uq_service_revisions_service_number')
+    )
     op.create_table('upload_sessions',
     sa.Column('item_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -604,6 +677,42 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_notifications_lock_expires_at'), ['lock_expires_at'], unique=False)
         batch_op.create_index('ix_notifications_next_attempt_at', ['next_attempt_at'], unique=False)
 
+    op.create_table('service_load',
+    sa.Column('revision_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('source', sa.String(length=64), nullable=False),
+    sa.Column('at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('interval_s', sa.Double(), nullable=False),
+    sa.Column('concurrency', sa.Double(), nullable=False),
+    sa.Column('peak', sa.Integer(), nullable=False),
+    sa.Column('held', sa.Integer(), nullable=False),
+    sa.Column('requests', sa.Integer(), nullable=False),
+    sa.Column('errors', sa.Integer(), nullable=False),
+    sa.Column('p50_ms', sa.Double(), nullable=True),
+    sa.Column('p99_ms', sa.Double(), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.ForeignKeyConstraint(['revision_id'], ['service_revisions.id'], name=op.f('fk_service_load_revision_id_service_revisions'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_service_load'))
+    )
+    with op.batch_alter_table('service_load', schema=None) as batch_op:
+        batch_op.create_index('ix_service_load_revision_id_at', ['revision_id', 'at'], unique=False)
+
+    op.create_table('service_replicas',
+    sa.Column('revision_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('service_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ready_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('draining_since', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_service_replicas_job_id_jobs'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['revision_id'], ['service_revisions.id'], name=op.f('fk_service_replicas_revision_id_service_revisions'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['service_id'], ['services.id'], name=op.f('fk_service_replicas_service_id_services'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_service_replicas')),
+    sa.UniqueConstraint('job_id', name=op.f('uq_service_replicas_job_id'))
+    )
+    with op.batch_alter_table('service_replicas', schema=None) as batch_op:
+        batch_op.create_index('ix_service_replicas_revision_id', ['revision_id'], unique=False)
+
     op.create_table('version_files',
     sa.Column('version_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('path', sa.String(length=1024), nullable=False),
@@ -625,6 +734,14 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_version_files_sha256'))
 
     op.drop_table('version_files')
+    with op.batch_alter_table('service_replicas', schema=None) as batch_op:
+        batch_op.drop_index('ix_service_replicas_revision_id')
+
+    op.drop_table('service_replicas')
+    with op.batch_alter_table('service_load', schema=None) as batch_op:
+        batch_op.drop_index('ix_service_load_revision_id_at')
+
+    op.drop_table('service_load')
     with op.batch_alter_table('notifications', schema=None) as batch_op:
         batch_op.drop_index('ix_notifications_next_attempt_at')
         batch_op.drop_index(batch_op.f('ix_notifications_lock_expires_at'))
@@ -644,6 +761,11 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_upload_sessions_expires_at'))
 
     op.drop_table('upload_sessions')
+    op.drop_table('service_revisions')
+    with op.batch_alter_table('service_keys', schema=None) as batch_op:
+        batch_op.drop_index('ix_service_keys_service_id')
+
+    op.drop_table('service_keys')
     with op.batch_alter_table('replicas', schema=None) as batch_op:
         batch_op.drop_index('ix_replicas_status')
 
@@ -677,6 +799,10 @@ def downgrade() -> None:
 
     op.drop_table('alerts')
     op.drop_table('silences')
+    with op.batch_alter_table('services', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_services_lock_expires_at'))
+
+    op.drop_table('services')
     op.drop_table('quotas')
     with op.batch_alter_table('pool_grants', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_pool_grants_workspace_id'))

@@ -1,0 +1,237 @@
+"""Changing a running service: traffic, promote and roll back a canary, scale bounds, stop, start, delete.
+
+These write what is wanted; the serving controller moves replicas and traffic toward it (``controllers.serving``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import Conflict, Forbidden, ValidationFailed
+from aicenter.core.jobs import ACTIVE_STATUSES
+from aicenter.core.serving.spec import RevisionSpec, RevisionState, ServiceStatus, check_traffic
+from aicenter.db.models import Job, Service, ServiceReplica, ServiceRevision
+from aicenter.events import notify_after_commit
+from aicenter.services import audit
+from aicenter.services.context import Actor
+from aicenter.services.serving._access import load_service, require_manager
+
+__all__ = [
+    "delete_service",
+    "promote_service",
+    "rollback_service",
+    "scale_service",
+    "set_traffic",
+    "start_service",
+    "stop_service",
+]
+
+_LIVE = (RevisionState.STARTING.value, RevisionState.READY.value)
+
+
+async def _revisions(session: AsyncSession, service: Service) -> list[ServiceRevision]:
+    stmt = select(ServiceRevision).where(ServiceRevision.service_id == service.id).order_by(ServiceRevision.number)
+    return list((await session.scalars(stmt)).all())
+
+
+def _canary(service: Service, revisions: list[ServiceRevision]) -> ServiceRevision:
+    """The revision being rolled out: the newest live one that is not the stable one."""
+    moving = [r for r in revisions if r.state in _LIVE and r.id != service.stable_revision_id]
+    if not moving:
+        raise Conflict(
+            f"service {service.name} has no revision rolling out (deploy one with `aicenter service update`)"
+        )
+    return moving[-1]
+
+
+async def set_traffic(session: AsyncSession, actor: Actor, service_id: int, traffic: Mapping[str, Any]) -> None:
+    """Split traffic between ready revisions by percentage (revision number -> percent, summing to 100).
+
+    Raises:
+        ValidationFailed: Unknown revisions, percentages that are not whole numbers or do not sum to 100, or a
+            share for a revision that is not ready (it would fail the requests sent to it).
+    """
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "change the traffic of")
+    revisions = await _revisions(session, service)
+    by_number = {r.number: r for r in revisions}
+    parsed: dict[int, Any] = {}
+    for key, value in traffic.items():
+        try:
+            parsed[int(key)] = value
+        except ValueError:
+            raise ValidationFailed(f"{key!r} is not a revision number", field=f"traffic.{key}") from None
+    wanted = check_traffic(parsed, set(by_number))
+    for number, percent in wanted.items():
+        if percent > 0 and by_number[number].state != RevisionState.READY.value:
+            raise ValidationFailed(
+                f"revision {number} is {by_number[number].state}: only a ready revision takes traffic",
+                field=f"traffic.{number}",
+            )
+    now = utcnow()
+    for revision in revisions:
+        percent = wanted.get(revision.number, 0)
+        if revision.state == RevisionState.READY.value:
+            revision.traffic = revision.target_traffic = percent
+            revision.updated_at = now
+    full = [r for r in revisions if wanted.get(r.number) == 100]
+    service.stable_revision_id = full[0].id if full else service.stable_revision_id
+    audit.record(
+        session,
+        actor,
+        "service.traffic",
+        "service",
+        service.id,
+        workspace_id=service.workspace_id,
+        details={"traffic": {str(k): v for k, v in wanted.items()}},
+    )
+    notify_after_commit(session)
+
+
+async def promote_service(session: AsyncSession, actor: Actor, service_id: int) -> ServiceRevision:
+    """Send all traffic to the revision rolling out (a canary, or steps still under way), once it is ready."""
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "promote")
+    canary = _canary(service, await _revisions(session, service))
+    if canary.state != RevisionState.READY.value:
+        raise Conflict(f"revision {canary.number} is not ready yet; promote it once it serves")
+    canary.target_traffic = 100
+    canary.spec = {**canary.spec, "rollout": {**canary.spec.get("rollout", {}), "strategy": "all"}}
+    canary.updated_at = utcnow()
+    audit.record(
+        session, actor, "service.promote", "service", service.id, workspace_id=service.workspace_id,
+        details={"revision": canary.number},
+    )  # fmt: skip
+    notify_after_commit(session)
+    return canary
+
+
+async def rollback_service(session: AsyncSession, actor: Actor, service_id: int) -> ServiceRevision:
+    """Retire the revision rolling out: all traffic returns to the stable revision at once."""
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "roll back")
+    revisions = await _revisions(session, service)
+    stable = next((r for r in revisions if r.id == service.stable_revision_id), None)
+    if stable is None or stable.state != RevisionState.READY.value:
+        raise Conflict(f"service {service.name} has no stable revision to return to")
+    canary = _canary(service, revisions)
+    now = utcnow()
+    canary.state, canary.traffic, canary.target_traffic = RevisionState.RETIRED.value, 0, 0
+    canary.retired_at = canary.updated_at = now
+    canary.message = "rolled back"
+    stable.traffic = stable.target_traffic = 100
+    service.status = ServiceStatus.READY.value
+    audit.record(
+        session, actor, "service.rollback", "service", service.id, workspace_id=service.workspace_id,
+        details={"revision": canary.number, "to": stable.number},
+    )  # fmt: skip
+    notify_after_commit(session)
+    return canary
+
+
+async def scale_service(
+    session: AsyncSession,
+    actor: Actor,
+    service_id: int,
+    *,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    target_concurrency: float | None = None,
+) -> None:
+    """Change the scale bounds of the service's live revisions (no new revision: the same replicas serve)."""
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "scale")
+    changes = {
+        k: v
+        for k, v in (
+            ("min_replicas", min_replicas),
+            ("max_replicas", max_replicas),
+            ("target_concurrency", target_concurrency),
+        )
+        if v is not None
+    }
+    if not changes:
+        raise ValidationFailed("give min_replicas, max_replicas or target_concurrency", field="min_replicas")
+    for revision in await _revisions(session, service):
+        if revision.state not in _LIVE:
+            continue
+        base = {k: v for k, v in revision.spec.items() if k != "rollout"}
+        RevisionSpec.model_validate({**base, **changes})  # the bounds' rules (min <= max) name the field
+        revision.spec = {**revision.spec, **changes}
+        revision.updated_at = utcnow()
+    audit.record(
+        session, actor, "service.scale", "service", service.id, workspace_id=service.workspace_id, details=changes
+    )
+    notify_after_commit(session)
+
+
+async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
+    """Stop it: its replicas drain and stop, requests get 503 until it is started. Its owner, the workspace's
+    admins, and platform admins (a force stop, audited as such)."""
+    service = await load_service(session, actor, service_id, for_update=True)
+    forced = False
+    try:
+        await require_manager(session, actor, service, "stop")
+    except Forbidden:
+        if not actor.is_platform_admin:
+            raise
+        forced = True
+    if service.stopped_at is None:
+        service.stopped_at = utcnow()
+        service.stop_requested_by = actor.user_id or None
+        service.status = ServiceStatus.STOPPED.value
+        service.message = "stopped by a platform admin" if forced else "stopped"
+    audit.record(
+        session, actor, "service.force_stop" if forced else "service.stop", "service", service.id,
+        workspace_id=service.workspace_id,
+    )  # fmt: skip
+    notify_after_commit(session)
+
+
+async def start_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
+    """Start a stopped service again: its revisions scale as before (from zero at the first request)."""
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "start")
+    if service.stopped_at is None:
+        raise Conflict(f"service {service.name} is not stopped")
+    service.stopped_at = None
+    service.stop_requested_by = None
+    service.status = ServiceStatus.READY.value if service.stable_revision_id else ServiceStatus.DEPLOYING.value
+    service.message = ""
+    now = utcnow()
+    for revision in await _revisions(session, service):
+        if revision.state in _LIVE:
+            revision.last_request_at = now  # a start is a use: its replicas come back for the grace
+    audit.record(session, actor, "service.start", "service", service.id, workspace_id=service.workspace_id)
+    notify_after_commit(session)
+
+
+async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
+    """Delete a stopped service whose replicas have all stopped (their jobs stay, with their machine time).
+
+    Raises:
+        Conflict: It is not stopped, or replicas are still stopping.
+    """
+    service = await load_service(session, actor, service_id, for_update=True)
+    await require_manager(session, actor, service, "delete")
+    if service.stopped_at is None:
+        raise Conflict(f"service {service.name} is running; stop it first (`aicenter service stop {service.name}`)")
+    running = await session.scalar(
+        select(Job.id)
+        .join(ServiceReplica, ServiceReplica.job_id == Job.id)
+        .where(ServiceReplica.service_id == service.id, Job.status.in_([s.value for s in ACTIVE_STATUSES]))
+        .limit(1)
+    )
+    if running is not None:
+        raise Conflict(f"service {service.name} still has replicas stopping; delete it once they stopped")
+    audit.record(
+        session, actor, "service.delete", "service", service.id, workspace_id=service.workspace_id,
+        details={"name": service.name},
+    )  # fmt: skip
+    await session.delete(service)
+    await session.flush()
