@@ -286,7 +286,13 @@ def _status(
         return ServiceStatus.STOPPED, "stopped"
     serving = [r for r in service.revisions if states[r.id] is RevisionState.READY and traffic[r.id] > 0]
     starting = [r for r in service.revisions if states[r.id] is RevisionState.STARTING]
-    moving = [r for r in service.revisions if states[r.id] is RevisionState.READY and traffic[r.id] < r.target_traffic]
+    moving = [
+        r
+        for r in service.revisions
+        if r.id != service.stable_revision_id
+        and states[r.id] is RevisionState.READY
+        and traffic[r.id] < r.target_traffic
+    ]
     if serving:
         if starting or moving:
             return ServiceStatus.UPDATING, ""

@@ -74,7 +74,10 @@ async def load_controls(
 ) -> list[ServiceControl]:
     """Every service with a live revision (stopped ones too: their replicas must go)."""
     revisions: dict[int, list[ServiceRevision]] = defaultdict(list)
-    for rev in (await session.scalars(select(ServiceRevision).where(ServiceRevision.state.in_(_LIVE)))).all():
+    # Live revisions, and retired or failed ones that still have replicas to drain, stop or unlink.
+    linked = select(ServiceReplica.revision_id)
+    stmt = select(ServiceRevision).where(ServiceRevision.state.in_(_LIVE) | ServiceRevision.id.in_(linked))
+    for rev in (await session.scalars(stmt)).all():
         revisions[rev.service_id].append(rev)
     if not revisions:
         return []
