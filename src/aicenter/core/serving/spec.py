@@ -105,6 +105,7 @@ class RevisionSpec(SpecModel):
         min_replicas / max_replicas: Scale bounds; 0 allows scale to zero.
         target_concurrency: Requests in flight one replica is meant to handle.
         scale_to_zero_grace_s: Idle time before the last replica goes (min_replicas 0).
+        stable_window_s: The autoscaler's averaging window (its panic window is a tenth of it).
         activation_timeout_s: How long the gateway holds a request while a replica starts.
         ready_timeout_s: A revision not ready after this long fails (the old one keeps serving).
         header_value: The value of the service's A/B header that routes to this revision.
@@ -126,6 +127,7 @@ class RevisionSpec(SpecModel):
     max_replicas: int = Field(default=3, ge=1, le=100, strict=True)
     target_concurrency: float = Field(default=8.0, gt=0, le=10_000)
     scale_to_zero_grace_s: int = Field(default=300, ge=0, le=7 * 24 * 3600, strict=True)
+    stable_window_s: int = Field(default=60, ge=2, le=3600, strict=True)
     activation_timeout_s: int = Field(default=60, ge=1, le=900, strict=True)
     ready_timeout_s: int = Field(default=600, ge=5, le=24 * 3600, strict=True)
     workers: int = Field(default=1, ge=1, le=64, strict=True)

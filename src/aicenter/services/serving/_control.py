@@ -115,6 +115,7 @@ async def load_controls(
             )
     load: dict[int, list[ConcurrencySample]] = defaultdict(list)
     held: dict[int, int] = {}
+    window_s = max([window_s, *(float(r.spec.get("stable_window_s", 60)) for revs in revisions.values() for r in revs)])
     since = now - timedelta(seconds=window_s)
     rows = await session.execute(
         select(ServiceLoad.revision_id, ServiceLoad.at, ServiceLoad.concurrency, ServiceLoad.held)
