@@ -333,6 +333,7 @@ async def _serve(server: ModelServer, bind: str, port: int) -> int:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     listener = await asyncio.start_server(server.connection, bind, port, limit=_HEAD_LIMIT, reuse_address=True)
+    port = listener.sockets[0].getsockname()[1]  # port 0 (tests): the log line says which one the OS chose
     _log(
         f"listening on {bind}:{port}, model '{server.model_name}' version {server.model_version} "
         f"({server.runtime.name} runtime), loading"

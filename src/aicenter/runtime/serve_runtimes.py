@@ -216,6 +216,7 @@ class PythonRuntime(Runtime):
         self.predictor.load(str(model_dir))
         described = getattr(self.predictor, "metadata", None)
         signature = described() if callable(described) else None
+        self.authoritative = bool(signature)  # the author's own signature: requests are checked against it
         signature = signature or config.get("signature") or {}
         self.signature = {
             "inputs": list(signature.get("inputs") or []),

@@ -110,7 +110,7 @@ def parse_infer_request(body: bytes, header_length: int | None = None) -> InferR
         raise V2Error(400, f"Inference-Header-Content-Length {header_length} is outside the body ({len(body)} bytes)")
     header = body if header_length is None else body[:header_length]
     try:
-        doc = _decode_json(bytes(header).decode())
+        doc = _decode_json(header.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise V2Error(400, f"the request is not valid JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
