@@ -231,6 +231,8 @@ class ModelServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except Exception as exc:  # a bug of ours on one connection: say so once, keep serving the others
+            _log(f"connection dropped: {type(exc).__name__}: {exc}")
         finally:
             self.connections.discard(writer)
             with contextlib.suppress(Exception):
@@ -296,15 +298,15 @@ class ModelServer:
         parts: list[bytes] = []
         total = 0
         while True:
-            line = await reader.readuntil(b"\r\n")
             try:
+                line = await reader.readuntil(b"\r\n")
                 size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise _BadRequest(400, "malformed chunk size") from None
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, ignored
-                    pass
-                return b"".join(parts)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, ignored
+                        pass
+                    return b"".join(parts)
+            except (ValueError, asyncio.LimitOverrunError):
+                raise _BadRequest(400, "malformed chunked body") from None
             total += size
             if total > self.max_body:
                 raise _BadRequest(413, f"the body is over the limit of {self.max_body} bytes")

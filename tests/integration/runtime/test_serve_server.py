@@ -368,3 +368,45 @@ def test_the_standard_triton_client_works_unchanged(start: Any, onnx_dir: Path) 
             np.testing.assert_array_equal(client.infer("m", [tensor], model_version="3").as_numpy("Y"), x * 2 + 1)
     finally:
         client.close()
+
+
+def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        buffer += chunk
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head, rest
+
+
+def test_http_keep_alive_expect_continue_and_a_malformed_chunk(start: Any, onnx_dir: Path) -> None:
+    server = start(onnx_dir, {"runtime": "onnx"})
+    with httpx.Client() as client:
+        _wait_ready(client, server)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 3], "datatype": "FP32", "data": [0, 0, 0]}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        head, answer = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert answer == b'{"live":true}'
+        # The same connection: a client that waits for 100 Continue before it sends the body.
+        sock.sendall(
+            b"POST /v2/models/m/infer HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        interim = b""
+        while len(interim) < 25:
+            interim += sock.recv(25 - len(interim))
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        head, answer = _read_response(sock)
+        assert json.loads(answer)["outputs"][0]["data"] == [1, 1, 1]
+        sock.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        head, answer = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 400")
+        assert b"Connection: close" in head
+        assert json.loads(answer) == {"error": "malformed chunked body"}
+        assert sock.recv(1) == b""  # closed: the rest of a broken body cannot be told from the next request
