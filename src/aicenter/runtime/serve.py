@@ -9,8 +9,9 @@ and the process exits 1, so the platform marks the revision failed with it.
 The HTTP layer is asyncio streams, not uvicorn: it has to run in any image that has numpy and the model's
 framework, nothing else. It does keep-alive, ``Content-Length`` and ``Transfer-Encoding: chunked`` request bodies,
 ``Expect: 100-continue``, a body size cap (413), and no pipelining (clients of this protocol do not pipeline).
-``predict`` runs in a thread pool of ``AICENTER_SERVE_WORKERS`` threads (default 1: most frameworks parallelise
-inside one call), so health probes answer while a long batch runs.
+``predict`` runs in a thread pool of ``AICENTER_SERVE_WORKERS`` (else the config's ``workers``) threads (default
+1: most frameworks parallelise inside one call), so health probes answer while a long batch runs; a model whose
+calls take under 1 ms runs on the event loop instead (``ModelServer._inline``).
 
 SIGTERM: the listener closes, requests in flight finish (up to 30 s), idle keep-alive connections are closed,
 and the process exits 0.
@@ -79,7 +80,9 @@ class ModelServer:
     def __init__(self, config: dict[str, Any], model_dir: Path, workers: int) -> None:
         self.config = config
         self.model_dir = model_dir
-        self.model_name = str(config.get("model_name") or "model")
+        # The V2 model name is the service's: the job spec's ``serving`` section says ``service``, SERVING.md's
+        # early draft said ``model_name``; either is read.
+        self.model_name = str(config.get("model_name") or config.get("service") or "model")
         self.model_version = str(config.get("model_version") or "1")
         self.max_body = int(config.get("max_body_bytes") or DEFAULT_MAX_BODY)
         self.runtime: Runtime = make_runtime(str(config.get("runtime") or ""))
@@ -378,7 +381,8 @@ def main() -> None:
         bind = os.environ.get("AICENTER_SERVE_BIND", "127.0.0.1")
         port = int(os.environ.get("AICENTER_SERVE_PORT") or os.environ.get("PORT") or "8080")
         model_dir = Path(os.environ.get("AICENTER_MODEL_DIR") or ".")
-        server = ModelServer(config, model_dir, int(os.environ.get("AICENTER_SERVE_WORKERS") or "1"))
+        workers = int(os.environ.get("AICENTER_SERVE_WORKERS") or config.get("workers") or 1)
+        server = ModelServer(config, model_dir, workers)
     except (ValueError, TypeError) as exc:
         _log(f"bad configuration: {exc}")
         sys.exit(2)

@@ -227,7 +227,8 @@ def test_torchscript_and_sklearn_models_serve(start: Any, tmp_path: Path) -> Non
     joblib.dump(regression, sklearn_dir / "model.joblib")
 
     torch_server = start(torch_dir, {"runtime": "torchscript"})
-    sklearn_server = start(sklearn_dir, {"runtime": "sklearn"})
+    # The config as the job spec's ``serving`` section writes it: the model name is the service's.
+    sklearn_server = start(sklearn_dir, {"runtime": "sklearn", "service": "m", "model_name": None, "workers": 2})
     with httpx.Client() as client:
         _wait_ready(client, torch_server)
         data = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
