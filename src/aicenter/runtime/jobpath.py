@@ -5,7 +5,7 @@ platform there would drag the server's dependencies into every image and clash w
 few stdlib-only modules user code imports are copied into a read-only directory, and that directory goes on
 the job's ``PYTHONPATH``::
 
-    <jobs>/.runtime/<content hash>/aicenter/runtime/{__init__,report,files,checkpoint}.py
+    <jobs>/.runtime/<content hash>/aicenter/runtime/{__init__,report,files,checkpoint,serve*}.py
 
 There is deliberately no ``aicenter/__init__.py``: ``aicenter`` is then a namespace package, which loses to
 any regular ``aicenter`` package further down ``sys.path`` (a venv that installed the aicenter SDK keeps its
@@ -25,8 +25,18 @@ from pathlib import Path
 
 __all__ = ["JOB_MODULES", "job_pythonpath", "write_job_pythonpath"]
 
-# What user code imports, and what those import: stdlib only (``tests/unit/runtime`` checks it).
-JOB_MODULES = ("__init__.py", "report.py", "files.py", "checkpoint.py")
+# What user code imports, and what those import: stdlib only (``tests/unit/runtime`` checks it); and the model
+# server (``python -m aicenter.runtime.serve``), which a service replica runs with its image's Python: stdlib and
+# numpy at import, the model's framework only when it loads the model.
+JOB_MODULES = (
+    "__init__.py",
+    "report.py",
+    "files.py",
+    "checkpoint.py",
+    "serve.py",
+    "serve_v2.py",
+    "serve_runtimes.py",
+)
 _HERE = Path(__file__).resolve().parent
 
 
