@@ -69,6 +69,9 @@ class Readiness:
     def is_ready(self, endpoint: Endpoint) -> bool:
         return (endpoint.replica_job_id, endpoint.host, endpoint.port) in self._ready
 
+    def is_ready_key(self, key: EndpointKey) -> bool:
+        return key in self._ready
+
     def set_table(self, table: RouteTable) -> None:
         """Follow a new table: probe its new endpoints, forget the ones it dropped."""
         targets: dict[EndpointKey, tuple[int, str]] = {}

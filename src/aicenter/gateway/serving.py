@@ -187,6 +187,10 @@ class ServingGateway:
         self._readiness.set_table(table)
         self._activator.wake_all()  # a replica known ready may have joined a revision with held requests
 
+    def ready_replicas(self) -> frozenset[int]:
+        """The replica job ids this gateway has seen ready and not failed since (diagnostics, tests)."""
+        return frozenset(key[0] for key in self._revision_of if self._readiness.is_ready_key(key))
+
     # -- load ------------------------------------------------------------------------------------------------
 
     def take_load(self) -> dict[int, RevisionLoad]:
@@ -291,13 +295,24 @@ class ServingGateway:
             exclude=exclude,
         )
 
-    async def _endpoint(self, revision: RevisionRoute, exclude: frozenset[int]) -> Endpoint:
+    def _fresh(self, service: ServiceRoute, revision: RevisionRoute) -> RevisionRoute:
+        """The revision as the current table has it (the request's own table, if it no longer does)."""
+        current = self.table.get(service.workspace, service.name)
+        if current is None or current is service:
+            return revision
+        return next((r for r in current.revisions if r.revision_id == revision.revision_id), revision)
+
+    async def _endpoint(self, service: ServiceRoute, revision: RevisionRoute, exclude: frozenset[int]) -> Endpoint:
         """A ready replica, holding the request while there is none."""
-        endpoint = self._pick(revision, exclude)
+        endpoint = self._pick(self._fresh(service, revision) if exclude else revision, exclude)
         if endpoint is not None:
             return endpoint
+
+        def pick_fresh() -> Endpoint | None:  # held: the replicas that appear are in the tables loaded since
+            return self._pick(self._fresh(service, revision), exclude)
+
         try:
-            endpoint = await self._activator.hold(revision, lambda: self._pick(revision, exclude))
+            endpoint = await self._activator.hold(revision, pick_fresh)
         except HoldRefused as exc:
             raise _Refusal(503, f"{exc}; retry shortly", ((b"retry-after", b"1"),)) from exc
         if endpoint is None:
@@ -326,7 +341,7 @@ class ServingGateway:
         rid = revision.revision_id
         tried: frozenset[int] = frozenset()
         for attempt in range(MAX_RETRIES + 1):
-            endpoint = await self._endpoint(revision, tried)
+            endpoint = await self._endpoint(service, revision, tried)
             key = endpoint_key(endpoint)
             self._outstanding[key] = self._outstanding.get(key, 0) + 1
             self._meter.started(rid)
