@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aicenter.core.serving.routing import (
     REVISION_HEADER,
@@ -64,6 +64,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+T = TypeVar("T")
 
 PREFIX = "/serve/"
 MAX_RETRIES = 2  # another replica after a connection failure, twice at most
@@ -227,7 +229,7 @@ class ServingGateway:
             body = await _read_body(scope, receive, service.max_body_bytes)
             revision = self._choose(service, headers)
             _check_path(service, revision, rest)
-            await self._forward(scope, send, service, revision, rest, body, started)
+            await self._forward(scope, receive, send, service, revision, rest, body, started)
         except _Refusal as refusal:
             if revision is not None and refusal.status >= 500:
                 self._meter.finished(revision.revision_id, None, error=True, started=False)
@@ -302,7 +304,9 @@ class ServingGateway:
             return revision
         return next((r for r in current.revisions if r.revision_id == revision.revision_id), revision)
 
-    async def _endpoint(self, service: ServiceRoute, revision: RevisionRoute, exclude: frozenset[int]) -> Endpoint:
+    async def _endpoint(
+        self, receive: Receive, service: ServiceRoute, revision: RevisionRoute, exclude: frozenset[int]
+    ) -> Endpoint:
         """A ready replica, holding the request while there is none."""
         endpoint = self._pick(self._fresh(service, revision) if exclude else revision, exclude)
         if endpoint is not None:
@@ -312,9 +316,11 @@ class ServingGateway:
             return self._pick(self._fresh(service, revision), exclude)
 
         try:
-            endpoint = await self._activator.hold(revision, pick_fresh)
+            gone, endpoint = await _unless_gone(receive, self._activator.hold(revision, pick_fresh))
         except HoldRefused as exc:
             raise _Refusal(503, f"{exc}; retry shortly", ((b"retry-after", b"1"),)) from exc
+        if gone:
+            raise _Refusal(499, "the client went away while its request was held")
         if endpoint is None:
             raise _Refusal(
                 503,
@@ -326,6 +332,7 @@ class ServingGateway:
     async def _forward(
         self,
         scope: Scope,
+        receive: Receive,
         send: Send,
         service: ServiceRoute,
         revision: RevisionRoute,
@@ -341,7 +348,7 @@ class ServingGateway:
         rid = revision.revision_id
         tried: frozenset[int] = frozenset()
         for attempt in range(MAX_RETRIES + 1):
-            endpoint = await self._endpoint(service, revision, tried)
+            endpoint = await self._endpoint(receive, service, revision, tried)
             key = endpoint_key(endpoint)
             self._outstanding[key] = self._outstanding.get(key, 0) + 1
             self._meter.started(rid)
@@ -362,7 +369,7 @@ class ServingGateway:
                 raise
             latency = time.perf_counter() - started
             try:
-                await self._relay(send, response, revision, started, service)
+                await self._relay(receive, send, response, revision, started, service)
             finally:
                 self._done(key)
                 response.close()
@@ -377,15 +384,24 @@ class ServingGateway:
             self._outstanding.pop(key, None)
 
     async def _relay(
-        self, send: Send, response: UpstreamResponse, revision: RevisionRoute, started: float, service: ServiceRoute
+        self,
+        receive: Receive,
+        send: Send,
+        response: UpstreamResponse,
+        revision: RevisionRoute,
+        started: float,
+        service: ServiceRoute,
     ) -> None:
         headers = [(k, v) for k, v in response.headers if k not in _DROP_DOWN]
         headers.append((REVISION_REPLY_HEADER, str(revision.number).encode("ascii")))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         self._count(service, revision, response.status, started)
-        async for chunk in response.body():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if response.streaming:
+            # A stream (an LLM's tokens) may last minutes: when its caller leaves, the replica should stop too
+            # (closing the upstream connection tells it). A known length ends soon enough to just finish.
+            await _unless_gone(receive, _pass_body(send, response))
+        else:
+            await _pass_body(send, response)
 
     def _count(self, service: ServiceRoute | None, revision: RevisionRoute | None, status: int, started: float) -> None:
         metrics = self._metrics
@@ -404,6 +420,37 @@ class ServingGateway:
             children[0].inc()
         if children[1] is not None:
             children[1].observe(time.perf_counter() - started)
+
+
+async def _pass_body(send: Send, response: UpstreamResponse) -> None:
+    async for chunk in response.body():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _unless_gone(receive: Receive, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """Run ``work`` unless the client disconnects first (then it is cancelled): (gone, its result or None).
+
+    The request body was read whole before, so the next ``receive()`` only returns at the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watch):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+    if task.cancelled():
+        return True, None
+    return False, task.result()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _child(metric: Any, **values: str) -> Any:

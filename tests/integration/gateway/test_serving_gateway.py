@@ -391,3 +391,16 @@ async def test_metrics_and_load(harness: Harness) -> None:
     assert (load.requests, load.errors, load.held, dict(load.in_flight)) == (3, 0, 0, {11: 0})
     assert load.latency_p50_s is not None
     assert load.latency_p99_s is not None
+
+
+async def test_a_caller_that_leaves_is_no_longer_held(harness: Harness) -> None:
+    await harness.set_table(service(RevisionRoute(101, 1, 100, activation_timeout_s=60)))
+    with pytest.raises(httpx.ReadTimeout):
+        await harness.client.post(INFER, content=b"{}", timeout=httpx.Timeout(5, read=0.3))
+    assert harness.world.activations[0] == 101
+
+    def held() -> int:
+        load = harness.gateway.take_load().get(101)
+        return load.held if load is not None else 0
+
+    await until(lambda: held() == 0)  # without the disconnect watch it would stay held for 60 s
