@@ -464,10 +464,10 @@ def _child(metric: Any, **values: str) -> Any:
 def _split(scope: Scope) -> tuple[str, str, str]:
     """(workspace, service, rest) of ``/serve/<workspace>/<service>/<rest>``; rest keeps its %-encoding."""
     raw: bytes | None = scope.get("raw_path")
-    path = raw.decode("latin-1") if raw else scope["path"]
+    path = raw.decode("latin-1").partition("?")[0] if raw else scope["path"]
     root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
+    if not path.startswith(PREFIX) and root and path.startswith(root):
+        path = path[len(root) :]  # served under a prefix (a proxy's): raw_path carries it, /serve/ follows
     if not path.startswith(PREFIX):
         raise _Refusal(404, "not a serving path: /serve/<workspace>/<service>/...")
     parts = path[len(PREFIX) :].split("/", 2)
