@@ -22,10 +22,12 @@ from enum import StrEnum
 __all__ = [
     "REVISION_HEADER",
     "Endpoint",
+    "RevisionLoad",
     "RevisionRoute",
     "RouteTable",
     "ServiceRoute",
     "ServingProtocol",
+    "TokenInfo",
     "choose_revision",
     "least_outstanding",
 ]
@@ -129,6 +131,51 @@ class RouteTable:
 
     def get(self, workspace: str, name: str) -> ServiceRoute | None:
         return self.services.get((workspace, name))
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """What a user token (not a service key) resolves to: the gateway lets members of the service's workspace pass.
+
+    Attributes:
+        user_id: The token's user.
+        workspace_ids: The workspaces the user is a member of.
+    """
+
+    user_id: int
+    workspace_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionLoad:
+    """What one gateway saw of a revision between two ``take_load`` calls (the autoscaler's and drain's input).
+
+    Concurrency counts the requests in flight at its replicas plus those held by the activator, as Knative's
+    KPA does: a held request is demand the replicas do not see yet.
+
+    Attributes:
+        revision_id: The revision.
+        window_s: The seconds the numbers cover (since the previous call).
+        average_concurrency: Time-weighted average of (in flight + held) over the window.
+        peak_concurrency: Its maximum in the window.
+        requests: Requests finished in the window (answered, refused with 503 after holding, or failed).
+        errors: Those that ended in a 5xx produced by the gateway or a replica.
+        held: Requests held by the activator now.
+        in_flight: Requests in flight now, per replica job id (a draining replica is idle once it reads 0).
+        latency_p50_s: Median time to the response's start of the window's requests (None: no request).
+        latency_p99_s: Its 99th percentile.
+    """
+
+    revision_id: int
+    window_s: float
+    average_concurrency: float
+    peak_concurrency: int
+    requests: int
+    errors: int
+    held: int
+    in_flight: Mapping[int, int] = field(default_factory=dict)
+    latency_p50_s: float | None = None
+    latency_p99_s: float | None = None
 
 
 def choose_revision(
