@@ -17,6 +17,7 @@ from aicenter.api.metrics import HttpMetricsMiddleware, Metrics
 from aicenter.api.metrics import router as metrics_router
 from aicenter.api.middleware import ClientAddressMiddleware, HstsMiddleware, RequestIdMiddleware
 from aicenter.api.routers import ROUTERS
+from aicenter.api.serving_plane import ServingMiddleware, ServingPlane
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers import (
@@ -199,6 +200,7 @@ def create_app(
             controller.start()
         ssh = await start_ssh_gateway(settings, db, app.state.notebook_gateway)
         app.state.ssh_gateway = ssh
+        await serving_plane.start()
         unsubscribe = ssh_keys_changed.subscribe(lambda: refresh_keys_soon(db, settings.jobs_path))
         # Move the ~200k objects of imports and start-up out of the collector's view: full collections then
         # scan only request garbage, which shortens the pauses that show up as p99 latency.
@@ -211,6 +213,7 @@ def create_app(
             if ssh is not None:
                 await ssh.close()
             await app.state.notebook_gateway.close()
+            await serving_plane.close()
             for controller in controllers:
                 await controller.stop()
             for executor in ctx.executors.values():
@@ -228,6 +231,8 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.notebook_gateway = NotebookGateway(db, ctx.secret_key, session_cookie=SESSION_COOKIE)
+    serving_plane = ServingPlane(ctx)
+    app.state.serving_gateway = serving_plane.gateway
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -236,6 +241,9 @@ def create_app(
     app.state.metrics = Metrics(ctx.telemetry)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(RequestIdMiddleware)
+    # /serve/... goes to the serving gateway before any of the API's own middleware and routing: its budget per
+    # request is about a millisecond, and it counts its own metrics.
+    app.add_middleware(ServingMiddleware, plane=serving_plane)
     if settings.secure_cookies:  # the public URL is https
         app.add_middleware(HstsMiddleware)
     if settings.trusted_proxies:  # outermost: everything inside sees the client's address

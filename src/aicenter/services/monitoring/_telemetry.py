@@ -45,9 +45,10 @@ class ProcessTelemetry:
         cycle_duration: ``aicenter_scheduler_cycle_duration_seconds``, one observation per cycle of the
             scheduler lease holder, from its database read to its decisions written.
         decisions: ``aicenter_scheduler_decisions_total{pool, kind}``.
-        service_requests: ``aicenter_service_requests_total{service, code}``; ``service`` is
-            ``<workspace>/<service>`` (bounded by the services deployed), ``code`` the HTTP status.
-        service_duration: ``aicenter_service_request_duration_seconds{service}``.
+        service_requests: ``aicenter_service_requests_total{service, revision, code}``; ``service`` is
+            ``<workspace>/<service>`` (bounded by the services deployed), ``revision`` its number ("" when the
+            request was refused before one was chosen), ``code`` the HTTP status.
+        service_duration: ``aicenter_service_request_duration_seconds{service, revision}``.
         service_replicas: ``aicenter_service_replicas{service, state}``.
     """
 
@@ -67,14 +68,14 @@ class ProcessTelemetry:
         )
         self.service_requests = Counter(
             "aicenter_service_requests",
-            "Inference requests answered by the gateway, by service (workspace/name) and HTTP status code.",
-            ["service", "code"],
+            "Inference requests answered by the gateway, by service (workspace/name), revision and HTTP status code.",
+            ["service", "revision", "code"],
             registry=None,
         )
         self.service_duration = Histogram(
             "aicenter_service_request_duration_seconds",
-            "Time to answer an inference request (to the response's start), by service (workspace/name).",
-            ["service"],
+            "Time to answer an inference request (to the response's start), by service (workspace/name) and revision.",
+            ["service", "revision"],
             buckets=SERVICE_BUCKETS,
             registry=None,
         )

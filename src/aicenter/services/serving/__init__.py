@@ -20,7 +20,6 @@ from aicenter.services.serving._manage import (
 )
 from aicenter.services.serving._routes import (
     LOAD_KEEP_S,
-    RevisionReport,
     activate_revision,
     load_route_table,
     member_workspaces,
@@ -43,7 +42,6 @@ __all__ = [
     "LoadPoint",
     "Probe",
     "ReplicaView",
-    "RevisionReport",
     "ServiceControl",
     "ServiceView",
     "activate_revision",

@@ -5,8 +5,7 @@ revision with no replica (the cold path only). Never per request."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from sqlalchemy import delete, select
@@ -15,7 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.clock import utcnow
 from aicenter.core.jobs import JobStatus
 from aicenter.core.jobs.serving import COMMAND_RUNTIME, V2_READY_PATH
-from aicenter.core.serving.routing import Endpoint, RevisionRoute, RouteTable, ServiceRoute, ServingProtocol
+from aicenter.core.serving.routing import (
+    Endpoint,
+    RevisionLoad,
+    RevisionRoute,
+    RouteTable,
+    ServiceRoute,
+    ServingProtocol,
+)
 from aicenter.core.serving.spec import RevisionState
 from aicenter.db.models import (
     Job,
@@ -35,7 +41,7 @@ from aicenter.services import jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._deploy import start_replicas
 
-__all__ = ["LOAD_KEEP_S", "RevisionReport", "activate_revision", "load_route_table", "member_workspaces", "record_load"]
+__all__ = ["LOAD_KEEP_S", "activate_revision", "load_route_table", "member_workspaces", "record_load"]
 
 LOAD_KEEP_S = 3600
 """Load reports older than this are pruned (the console charts the last hour; the autoscaler reads a minute)."""
@@ -115,51 +121,37 @@ async def member_workspaces(session: AsyncSession, user_id: int) -> frozenset[in
     return frozenset(int(w) for w in rows.all())
 
 
-@dataclass(frozen=True, slots=True)
-class RevisionReport:
-    """What one gateway saw of one revision over one interval (``gateway.serving`` builds these)."""
-
-    revision_id: int
-    interval_s: float
-    concurrency: float
-    peak: int
-    held: int
-    requests: int
-    errors: int
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    ready_endpoints: tuple[int, ...] = ()  # replica jobs the gateway saw answer their readiness probe
-
-
-async def record_load(session: AsyncSession, source: str, reports: Mapping[int, RevisionReport]) -> None:
-    """Append one interval's reports; mark replicas the gateway saw ready; prune old reports."""
+async def record_load(
+    session: AsyncSession, source: str, loads: Mapping[int, RevisionLoad], ready: Iterable[int] = ()
+) -> None:
+    """Append one interval's load reports of a gateway (``source``); mark the replicas it saw ready; prune old
+    reports. ``ready``: replica jobs the gateway saw answer their readiness probe."""
     now = utcnow()
-    known = set((await session.scalars(select(ServiceRevision.id).where(ServiceRevision.id.in_(list(reports))))).all())
+    known = set((await session.scalars(select(ServiceRevision.id).where(ServiceRevision.id.in_(list(loads))))).all())
     used = []
-    ready_jobs: set[int] = set()
-    for report in reports.values():
-        if report.revision_id not in known:
+    for load in loads.values():
+        if load.revision_id not in known:
             continue  # deleted meanwhile
         session.add(
             ServiceLoad(
-                revision_id=report.revision_id,
+                revision_id=load.revision_id,
                 source=source[:64],
                 at=now,
-                interval_s=report.interval_s,
-                concurrency=report.concurrency,
-                peak=report.peak,
-                held=report.held,
-                requests=report.requests,
-                errors=report.errors,
-                p50_ms=report.p50_ms,
-                p99_ms=report.p99_ms,
+                interval_s=load.window_s,
+                concurrency=load.average_concurrency,
+                peak=load.peak_concurrency,
+                held=load.held,
+                requests=load.requests,
+                errors=load.errors,
+                p50_ms=None if load.latency_p50_s is None else load.latency_p50_s * 1000,
+                p99_ms=None if load.latency_p99_s is None else load.latency_p99_s * 1000,
             )
         )
-        if report.requests or report.held or report.peak:
-            used.append(report.revision_id)
-        ready_jobs.update(report.ready_endpoints)
+        if load.requests or load.held or load.peak_concurrency:
+            used.append(load.revision_id)
     for rev in (await session.scalars(select(ServiceRevision).where(ServiceRevision.id.in_(used)))).all():
         rev.last_request_at = now
+    ready_jobs = list(ready)
     if ready_jobs:
         links = await session.scalars(
             select(ServiceReplica).where(ServiceReplica.job_id.in_(ready_jobs), ServiceReplica.ready_at.is_(None))

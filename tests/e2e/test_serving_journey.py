@@ -1,0 +1,266 @@
+"""Inference services end to end on a real ``aicenter up`` (as root here: every replica in its bubblewrap sandbox,
+its own uid and network namespace).
+
+alice trains a small linear model (a job that fits it with numpy and writes ``model.onnx``; the platform saves
+it as model version ``lin:1``), deploys it, and calls it with a service key through the standard Triton V2 client
+(JSON and binary tensors) and with plain HTTP. bob (a member) calls it with his own token; carol (another
+workspace), a revoked key and the platform admin are refused, and carol's job cannot reach the replica's port.
+The service scales to zero when idle and the next request is answered, not failed (the activator holds it while
+a replica starts). A second version deployed as a 10 % canary serves a share of a steady load, is promoted, and
+the old revision drains and stops: no request failed along the way. The platform admin lists and force-stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+DEADLINE_S = 120.0
+PASSWORDS = {"alice": "alice-Passw0rd-1", "bob": "bob-Passw0rd-1", "carol": "carol-Passw0rd-1"}
+
+TRAIN = textwrap.dedent(
+    """\
+    # Fit y = x @ W + b by least squares on the dataset, and write it as an ONNX graph (MatMul, Add).
+    import os
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    data = np.loadtxt(Path(os.environ["AICENTER_DATA_DIR"]) / "points" / "points.csv", delimiter=",")
+    x, y = data[:, :2], data[:, 2:]
+    design = np.hstack([x, np.ones((len(x), 1))])
+    solution, *_ = np.linalg.lstsq(design, y, rcond=None)
+    w, b = solution[:2].astype(np.float32), solution[2:].astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
+        "lin",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b.reshape(1), "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, Path(os.environ["AICENTER_OUTPUT_DIR"]) / "model.onnx")
+    print("fitted", w.ravel().tolist(), b.ravel().tolist(), flush=True)
+    """
+)
+
+
+def _points(slope: tuple[float, float], intercept: float) -> str:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(64, 2))
+    y = x @ np.array(slope) + intercept
+    return "\n".join(f"{a:.6f},{b:.6f},{c:.6f}" for (a, b), c in zip(x, y, strict=True)) + "\n"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("serving")
+    server = Server(tmp / "home", env={"AICENTER_SERVING_INTERVAL_S": "0.5"}).start()
+    try:
+        admin = signed_in(tmp, server, "admin", ADMIN_PASSWORD)
+        for user, password in PASSWORDS.items():
+            admin.run("user", "create", user, "--password-stdin", stdin=f"{password}\n")
+        admin.run("workspace", "create", "vision", "--admin", "alice")
+        admin.run("member", "add", "bob", "--workspace", "vision")
+        admin.run("workspace", "create", "other", "--admin", "carol")
+        alice = signed_in(tmp, server, "alice", PASSWORDS["alice"])
+        code = tmp / "fit"
+        code.mkdir()
+        (code / "train.py").write_text(TRAIN)
+        alice.json("algorithm", "push", str(code), "--name", "fit", "--workspace", "vision", "--no-progress")
+        tokens = {
+            name: httpx.post(f"{server.url}/api/v1/auth/login", json={"username": name, "password": pw}).json()["token"]
+            for name, pw in {**PASSWORDS, "admin": ADMIN_PASSWORD}.items()
+        }
+        yield {"server": server, "alice": alice, "tokens": tokens, "tmp": tmp}
+    finally:
+        if server.proc is not None:
+            server.stop()
+
+
+def _http(world: dict[str, Any], user: str) -> httpx.Client:
+    token = world["tokens"][user]
+    return httpx.Client(base_url=world["server"].url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+def _wait(what: str, check: Any, deadline_s: float = DEADLINE_S) -> Any:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)  # polling interval: the loop exits on what it reads
+    pytest.fail(f"{what}: not within {deadline_s} s")
+
+
+def _train(world: dict[str, Any], http: httpx.Client, version: int, slope: tuple[float, float], b: float) -> None:
+    """Push the points as a dataset version and train: the output becomes model lin:<version>."""
+    data = world["tmp"] / f"points-{version}"
+    data.mkdir()
+    (data / "points.csv").write_text(_points(slope, b))
+    world["alice"].json("dataset", "push", str(data), "--name", "points", "--workspace", "vision", "--no-progress")
+    spec = {
+        "name": f"fit-{version}",
+        "workspace": "vision",
+        "algorithm": "fit:1",
+        "datasets": [f"points:{version}"],
+        "tasks": [{"name": "worker", "resources": {"cpu": 1, "memory": "1Gi"}, "command": "python -u train.py"}],
+        "output_model": "lin",
+    }
+    job = http.post("/api/v1/jobs", json={"spec": spec})
+    assert job.status_code == 201, job.text
+    done = _wait("training", lambda: (j := http.get(f"/api/v1/jobs/{job.json()['id']}").json())["finished_at"] and j)
+    assert (done["status"], done["output_model_version_id"] is not None) == ("succeeded", True), done
+
+
+def _infer(base: str, path: str, headers: dict[str, str], x: list[list[float]]) -> httpx.Response:
+    body = {"inputs": [{"name": "x", "shape": [len(x), 2], "datatype": "FP32", "data": sum(x, [])}]}
+    return httpx.post(f"{base}{path}/v2/models/lin/infer", json=body, headers=headers, timeout=60)
+
+
+class SteadyLoad:
+    """Requests one after another from two threads until stopped; every answer's status and revision counted."""
+
+    def __init__(self, base: str, path: str, key: str) -> None:
+        self.base, self.path, self.key = base, path, key
+        self.statuses: dict[int, int] = {}
+        self.revisions: dict[str, int] = {}
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.base, headers={"X-Api-Key": self.key}, timeout=60) as client:
+            body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [0.5, 0.5]}]}
+            while not self._stop.is_set():
+                try:
+                    r = client.post(f"{self.path}/v2/models/lin/infer", json=body)
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                    continue
+                self.statuses[r.status_code] = self.statuses.get(r.status_code, 0) + 1
+                if r.status_code != 200:
+                    self.failures.append(f"{r.status_code} {r.text[:200]}")
+                revision = r.headers.get("x-aicenter-revision", "?")
+                self.revisions[revision] = self.revisions.get(revision, 0) + 1
+                time.sleep(0.02)
+
+    def __enter__(self) -> SteadyLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=70)
+
+
+def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[str, Any]) -> None:
+    server: Server = world["server"]
+    alice, bob, carol, admin = (_http(world, u) for u in ("alice", "bob", "carol", "admin"))
+    _train(world, alice, 1, (2.0, -1.0), 0.5)
+
+    deployed = alice.post(
+        "/api/v1/services",
+        json={
+            "spec": {
+                "name": "lin",
+                "workspace": "vision",
+                "model": "lin:1",
+                "resources": {"cpu": 1, "memory": "1Gi"},
+                "min_replicas": 0,
+                "max_replicas": 2,
+                "scale_to_zero_grace_s": 2,
+                "stable_window_s": 4,
+            }
+        },
+    )
+    assert deployed.status_code == 201, deployed.text
+    sid, path = deployed.json()["id"], deployed.json()["url"]
+    assert (path, deployed.json()["runtime"]) == ("/serve/vision/lin", "onnx")
+    _wait("ready", lambda: alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready")
+    key = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "app"}).json()["key"]
+
+    # The standard V2 client, unchanged: JSON and binary tensors, through the platform's URL and a service key.
+    tritonclient = pytest.importorskip("tritonclient.http")
+    client = tritonclient.InferenceServerClient(
+        url=server.url.removeprefix("http://"), ssl=False, connection_timeout=60, network_timeout=60
+    )
+    headers = {"X-Api-Key": key}
+    x = np.array([[1.0, 1.0], [0.0, 2.0]], dtype=np.float32)
+    for binary in (False, True):
+        tensor = tritonclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=binary)
+        out = tritonclient.InferRequestedOutput("y", binary_data=binary)
+        answer = client.infer("lin", [tensor], outputs=[out], headers=headers, request_uri=f"{path}/v2/models/lin/infer")
+        np.testing.assert_allclose(answer.as_numpy("y").ravel(), [1.5, -1.5], atol=1e-4)
+
+    # Plain HTTP with the key; bob with his own token; refusals for everybody else.
+    assert _infer(server.url, path, {"Authorization": f"Bearer {key}"}, [[1, 0]]).json()["outputs"][0]["data"] == [
+        pytest.approx(2.5, abs=1e-4)
+    ]
+    assert _infer(server.url, path, {"Authorization": f"Bearer {world['tokens']['bob']}"}, [[0, 0]]).status_code == 200
+    for who, expected in (("carol", 403), ("admin", 403)):
+        refused = _infer(server.url, path, {"Authorization": f"Bearer {world['tokens'][who]}"}, [[0, 0]])
+        assert (refused.status_code, "error" in refused.json()) == (expected, True), who
+    assert _infer(server.url, path, {}, [[0, 0]]).status_code == 401
+    bad = httpx.post(f"{server.url}{path}/v2/models/lin/infer", json={"inputs": [{"name": "z"}]}, headers=headers)
+    assert (bad.status_code, "error" in bad.json()) == (400, True)
+    assert httpx.get(f"{server.url}/serve/vision/nope/v2/health/ready", headers=headers).status_code == 404
+    spare = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "spare"}).json()
+    alice.delete(f"/api/v1/services/{sid}/keys/{spare['id']}")
+    _wait("revoked", lambda: _infer(server.url, path, {"X-Api-Key": spare["key"]}, [[0, 0]]).status_code == 403, 10)
+
+    # Idle: scale to zero; the next request is held while a replica starts, and answered.
+    _wait("scaled to zero", lambda: alice.get(f"/api/v1/services/{sid}").json()["replicas_total"] == 0, 60)
+    started = time.monotonic()
+    cold = _infer(server.url, path, headers, [[1, 1]])
+    cold_s = time.monotonic() - started
+    assert cold.status_code == 200, cold.text
+    print(json.dumps({"cold_start_s": round(cold_s, 3)}))
+
+    # A second version as a 10 % canary under steady load, then promoted: nothing fails.
+    _train(world, alice, 2, (1.0, 1.0), 0.0)
+    with SteadyLoad(server.url, path, key) as load:
+        canary = {"spec": {"model": "lin:2", "rollout": {"strategy": "canary", "canary_percent": 10}}}
+        assert alice.patch(f"/api/v1/services/{sid}", json=canary).status_code == 200
+        _wait("canary", lambda: [r["traffic"] for r in alice.get(f"/api/v1/services/{sid}").json()["revisions"]] == [90, 10])
+        _wait("canary answers", lambda: load.revisions.get("2", 0) >= 3, 60)
+        assert alice.post(f"/api/v1/services/{sid}/promote").status_code == 200
+        _wait(
+            "old revision gone",
+            lambda: [(r["state"], len([p for p in s["replicas"] if p["revision"] == r["number"]]))
+                     for s in [alice.get(f"/api/v1/services/{sid}").json()] for r in s["revisions"]]  # fmt: skip
+            == [("retired", 0), ("ready", 1)],
+            60,
+        )
+        time.sleep(1.0)  # requests after the switch
+    assert load.failures == [], load.failures[:5]
+    assert load.statuses.get(200, 0) > 20
+    assert _infer(server.url, path, headers, [[1, 1]]).json()["outputs"][0]["data"] == [pytest.approx(2.0, abs=1e-4)]
+
+    # The platform admin sees every service and force-stops it: requests get 503.
+    listed = admin.get("/api/v1/services").json()["items"]
+    assert [s["name"] for s in listed] == ["lin"]
+    assert carol.get(f"/api/v1/services/{sid}").status_code == 404
+    stopped = admin.post(f"/api/v1/services/{sid}/stop").json()
+    assert (stopped["status"], stopped["message"]) == ("stopped", "stopped by a platform admin")
+    _wait("503", lambda: _infer(server.url, path, headers, [[0, 0]]).status_code == 503, 10)
+    del bob
