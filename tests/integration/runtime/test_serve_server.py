@@ -60,7 +60,15 @@ class Server:
         return f"{self.url}/v2/models/{model}/infer"
 
 
-def _start(model_dir: Path, config: dict[str, Any], **env: str) -> Server:
+# The server as an image without uvloop runs it: the stdlib event loop (uvloop is used where it is installed).
+STDLIB_LOOP = (
+    "import runpy, sys; sys.modules['uvloop'] = None; runpy.run_module('aicenter.runtime.serve', run_name='__main__')"
+)
+
+
+def _start(
+    model_dir: Path, config: dict[str, Any], *, stdlib_loop: bool = False, bare: bool = False, **env: str
+) -> Server:
     environ = {
         **os.environ,
         "PYTHONPATH": str(SRC),
@@ -70,8 +78,9 @@ def _start(model_dir: Path, config: dict[str, Any], **env: str) -> Server:
         "AICENTER_SERVE_CONFIG": json.dumps({"model_name": "m", "model_version": "3", **config}),
         **env,
     }
+    flags = ["-S"] if bare else []  # -S: no site-packages beyond PYTHONPATH, like a venv without aicenter
     process = subprocess.Popen(
-        [sys.executable, "-m", "aicenter.runtime.serve"],
+        [sys.executable, *flags, *(["-c", STDLIB_LOOP] if stdlib_loop else ["-m", "aicenter.runtime.serve"])],
         env=environ,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -96,8 +105,10 @@ def _stop(server: Server) -> str:
 def start() -> Iterator[Any]:
     servers: list[Server] = []
 
-    def run(model_dir: Path, config: dict[str, Any], **env: str) -> Server:
-        servers.append(_start(model_dir, config, **env))
+    def run(
+        model_dir: Path, config: dict[str, Any], *, stdlib_loop: bool = False, bare: bool = False, **env: str
+    ) -> Server:
+        servers.append(_start(model_dir, config, stdlib_loop=stdlib_loop, bare=bare, **env))
         return servers[-1]
 
     yield run
@@ -308,8 +319,9 @@ def test_a_model_that_cannot_load_exits_non_zero_with_the_reason(start: Any, pre
     assert "failed to load: ValueError: predictor.py has no class 'Missing'" in server.process.stderr.read()
 
 
+@pytest.mark.parametrize("stdlib_loop", [False, True], ids=["default-loop", "stdlib-loop"])
 def test_sigterm_finishes_the_request_in_flight_and_exits_zero(
-    start: Any, tmp_path: Path, predictor_dirs: tuple[Path, Path]
+    start: Any, tmp_path: Path, predictor_dirs: tuple[Path, Path], stdlib_loop: bool
 ) -> None:
     code, model = predictor_dirs
     started, gate = tmp_path / "started", tmp_path / "predict.gate"
@@ -317,6 +329,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_zero(
     server = start(
         model,
         {"runtime": "python", "entry": "plain:Predictor"},
+        stdlib_loop=stdlib_loop,
         AICENTER_CODE_DIR=str(code),
         PREDICT_STARTED=str(started),
         GATE_PREDICT=str(gate),
@@ -385,7 +398,7 @@ def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 def test_http_keep_alive_expect_continue_and_a_malformed_chunk(start: Any, onnx_dir: Path) -> None:
-    server = start(onnx_dir, {"runtime": "onnx"})
+    server = start(onnx_dir, {"runtime": "onnx"}, stdlib_loop=True)
     with httpx.Client() as client:
         _wait_ready(client, server)
     body = json.dumps({"inputs": [{"name": "X", "shape": [1, 3], "datatype": "FP32", "data": [0, 0, 0]}]}).encode()
@@ -411,3 +424,19 @@ def test_http_keep_alive_expect_continue_and_a_malformed_chunk(start: Any, onnx_
         assert b"Connection: close" in head
         assert json.loads(answer) == {"error": "malformed chunked body"}
         assert sock.recv(1) == b""  # closed: the rest of a broken body cannot be told from the next request
+
+
+def test_the_server_runs_from_a_job_pythonpath_without_aicenter(start: Any, onnx_dir: Path, tmp_path: Path) -> None:
+    # A venv image: its own site-packages (numpy, onnxruntime) and the model server's files from the job's
+    # PYTHONPATH directory (aicenter.runtime.jobpath), no aicenter installed.
+    from aicenter.runtime.jobpath import write_job_pythonpath
+
+    packages = Path(np.__file__).parent.parent
+    if (packages / "aicenter").exists():
+        pytest.skip("numpy shares its directory with an installed aicenter")
+    path = write_job_pythonpath(tmp_path / "jobs")
+    server = start(onnx_dir, {"runtime": "onnx"}, bare=True, PYTHONPATH=os.pathsep.join([str(path), str(packages)]))
+    body = {"inputs": [{"name": "X", "shape": [1, 3], "datatype": "FP32", "data": [1, 1, 1]}]}
+    with httpx.Client() as client:
+        _wait_ready(client, server)
+        assert client.post(server.infer_url(), json=body).json()["outputs"][0]["data"] == [3, 3, 3]
