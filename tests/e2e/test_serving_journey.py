@@ -201,7 +201,7 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     # The standard V2 client, unchanged: JSON and binary tensors, through the platform's URL and a service key.
     tritonclient = pytest.importorskip("tritonclient.http")
     client = tritonclient.InferenceServerClient(
-        url=server.url.removeprefix("http://"), ssl=False, connection_timeout=60, network_timeout=60
+        url=server.url.removeprefix("http://") + path, ssl=False, connection_timeout=60, network_timeout=60
     )
     headers = {"X-Api-Key": key}
     x = np.array([[1.0, 1.0], [0.0, 2.0]], dtype=np.float32)
@@ -209,7 +209,7 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
         tensor = tritonclient.InferInput("x", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x, binary_data=binary)
         out = tritonclient.InferRequestedOutput("y", binary_data=binary)
-        answer = client.infer("lin", [tensor], outputs=[out], headers=headers, request_uri=f"{path}/v2/models/lin/infer")
+        answer = client.infer("lin", [tensor], outputs=[out], headers=headers)
         np.testing.assert_allclose(answer.as_numpy("y").ravel(), [1.5, -1.5], atol=1e-4)
 
     # Plain HTTP with the key; bob with his own token; refusals for everybody else.
