@@ -35,6 +35,7 @@ import json
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -312,8 +313,10 @@ class ServingGateway:
         if endpoint is not None:
             return endpoint
 
-        def pick_fresh() -> Endpoint | None:  # held: the replicas that appear are in the tables loaded since
-            return self._pick(self._fresh(service, revision), exclude)
+        def pick_fresh() -> Endpoint | None:
+            # Held: the replicas that appear are in the tables loaded since; one that failed this request before
+            # is fine again once a probe saw it ready (a restarted replica, the only one of its revision).
+            return self._pick(self._fresh(service, revision), frozenset())
 
         try:
             gone, endpoint = await _unless_gone(receive, self._activator.hold(revision, pick_fresh))
@@ -341,7 +344,7 @@ class ServingGateway:
         started: float,
     ) -> None:
         method: str = scope["method"]
-        target = b"/" + rest.encode("utf-8")
+        target = b"/" + rest.encode("latin-1")
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
         headers = _upstream_headers(scope, f"/serve/{service.workspace}/{service.name}")
@@ -462,9 +465,11 @@ def _child(metric: Any, **values: str) -> Any:
 
 
 def _split(scope: Scope) -> tuple[str, str, str]:
-    """(workspace, service, rest) of ``/serve/<workspace>/<service>/<rest>``; rest keeps its %-encoding."""
+    """(workspace, service, rest) of ``/serve/<workspace>/<service>/<rest>``; rest keeps its %-encoding (it is
+    sent upstream as it came)."""
     raw: bytes | None = scope.get("raw_path")
-    path = raw.decode("latin-1").partition("?")[0] if raw else scope["path"]
+    # raw_path as received (read as latin-1, so it encodes back to the same bytes); else the decoded path encoded
+    path = raw.decode("latin-1").partition("?")[0] if raw else urllib.parse.quote(scope["path"], safe="/:@!$&'()*+,;=")
     root = scope.get("root_path", "")
     if not path.startswith(PREFIX) and root and path.startswith(root):
         path = path[len(root) :]  # served under a prefix (a proxy's): raw_path carries it, /serve/ follows
