@@ -19,7 +19,12 @@ in front of FastAPI for paths under ``/serve/``. Per request, with nothing read 
    cannot be reached is marked not ready and the request goes to another (twice at most), as long as nothing
    was answered yet.
 
-Every error under the gateway is ``{"error": "<message>"}`` (the V2 protocol's error form).
+Every error under the gateway is ``{"error": "<message>"}`` (the V2 protocol's error form); every answer from a
+replica carries ``X-Aicenter-Revision: <number>`` (which revision served it). A caller that disconnects while
+held, or during a streamed answer, is let go (and the stream's upstream connection closed, so the replica stops).
+
+Measured (``bench/gateway_overhead.py``, 2 shared CPUs, uvicorn + httptools, 1 worker): the gateway adds 0.32 ms
+at p50 and 0.41 ms at p99 to a small V2 inference request (0.27 -> 0.59 ms p50).
 
 Metrics (optional prometheus_client objects, ``GatewayMetrics``): ``requests`` counted with labels ``service``
 (``<workspace>/<name>``) and ``code``, plus ``revision`` (its number) when the counter declares that label;
@@ -35,6 +40,7 @@ import json
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -197,7 +203,9 @@ class ServingGateway:
 
     def take_load(self) -> dict[int, RevisionLoad]:
         """Each revision's load since the last call (``RevisionLoad``): concurrency (in flight + held), peak,
-        requests, errors, held now, latency p50/p99, and requests in flight per replica now."""
+        requests, errors, held now, latency p50/p99, and requests in flight per replica now (every replica of the
+        table, 0 included). A revision this gateway saw nothing of since the call before last is absent: no
+        traffic here (it is reported once with zeros when its traffic stops)."""
         in_flight: dict[int, dict[int, int]] = {}
         for key, count in self._outstanding.items():
             revision_id = self._revision_of.get(key)
@@ -312,8 +320,10 @@ class ServingGateway:
         if endpoint is not None:
             return endpoint
 
-        def pick_fresh() -> Endpoint | None:  # held: the replicas that appear are in the tables loaded since
-            return self._pick(self._fresh(service, revision), exclude)
+        def pick_fresh() -> Endpoint | None:
+            # Held: the replicas that appear are in the tables loaded since; one that failed this request before
+            # is fine again once a probe saw it ready (a restarted replica, the only one of its revision).
+            return self._pick(self._fresh(service, revision), frozenset())
 
         try:
             gone, endpoint = await _unless_gone(receive, self._activator.hold(revision, pick_fresh))
@@ -341,7 +351,7 @@ class ServingGateway:
         started: float,
     ) -> None:
         method: str = scope["method"]
-        target = b"/" + rest.encode("utf-8")
+        target = b"/" + rest.encode("latin-1")
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
         headers = _upstream_headers(scope, f"/serve/{service.workspace}/{service.name}")
@@ -462,9 +472,11 @@ def _child(metric: Any, **values: str) -> Any:
 
 
 def _split(scope: Scope) -> tuple[str, str, str]:
-    """(workspace, service, rest) of ``/serve/<workspace>/<service>/<rest>``; rest keeps its %-encoding."""
+    """(workspace, service, rest) of ``/serve/<workspace>/<service>/<rest>``; rest keeps its %-encoding (it is
+    sent upstream as it came)."""
     raw: bytes | None = scope.get("raw_path")
-    path = raw.decode("latin-1").partition("?")[0] if raw else scope["path"]
+    # raw_path as received (read as latin-1, so it encodes back to the same bytes); else the decoded path encoded
+    path = raw.decode("latin-1").partition("?")[0] if raw else urllib.parse.quote(scope["path"], safe="/:@!$&'()*+,;=")
     root = scope.get("root_path", "")
     if not path.startswith(PREFIX) and root and path.startswith(root):
         path = path[len(root) :]  # served under a prefix (a proxy's): raw_path carries it, /serve/ follows

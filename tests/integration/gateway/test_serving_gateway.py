@@ -105,10 +105,10 @@ class Served:
         await self.task
 
 
-async def serve(app: Any) -> Served:
+async def serve(app: Any, **options: Any) -> Served:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", http="httptools")
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", http="httptools", **options)
     server = uvicorn.Server(config)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     await until(lambda: server.started)
@@ -142,8 +142,8 @@ class World:
             if asyncio.iscoroutine(result):
                 await result
 
-    async def replica(self, replica: Replica, job_id: int) -> Endpoint:
-        served = await serve(replica)
+    async def replica(self, replica: Replica, job_id: int, **options: Any) -> Endpoint:
+        served = await serve(replica, **options)
         self.servers.append(served)
         return Endpoint(job_id, "127.0.0.1", served.port)
 
@@ -273,6 +273,19 @@ async def test_a_dead_replica_costs_no_request(harness: Harness) -> None:
     assert [r.status_code for r in replies] == [200] * 30
     assert {r.json()["replica"] for r in replies} == {"a"}
     assert 12 not in harness.gateway.ready_replicas()
+
+
+async def test_a_replica_closing_idle_connections_costs_no_request(harness: Harness) -> None:
+    # uvicorn closes a kept-alive connection after timeout_keep_alive idle seconds: every pooled one goes stale
+    a = await harness.world.replica(Replica("a"), 11, timeout_keep_alive=0.05)
+    await harness.set_table(service(RevisionRoute(101, 1, 100, endpoints=(a,))))
+    await harness.until_ready(11)
+    for _ in range(5):
+        assert (await harness.client.post(INFER, content=b"{}")).status_code == 200
+        await asyncio.sleep(0.1)  # longer than the replica keeps the connection
+    # a stale connection is not the replica's failure: it was never taken for down, nothing was held for it
+    assert harness.world.activations == []
+    assert harness.gateway.ready_replicas() == {11}
 
 
 async def test_activator_holds_from_zero_until_a_replica_is_ready(harness: Harness) -> None:
