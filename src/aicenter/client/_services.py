@@ -88,7 +88,7 @@ def v2_outputs(answer: Mapping[str, Any], as_numpy: bool = True) -> dict[str, An
     for tensor in outputs:
         data = tensor.get("data", [])
         if as_numpy:
-            dtype = _NUMPY_DTYPES.get(str(tensor.get("datatype")), None) if tensor.get("datatype") != "BYTES" else None
+            dtype = _NUMPY_DTYPES.get(str(tensor.get("datatype"))) if tensor.get("datatype") != "BYTES" else None
             array = np.asarray(data, dtype=dtype) if dtype else np.asarray(data)
             result[tensor["name"]] = array.reshape(tensor.get("shape") or array.shape)
         else:
