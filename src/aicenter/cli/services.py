@@ -396,6 +396,8 @@ def logs(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """The output of the service's live replicas (their job logs), each line prefixed by its UTC time."""
+    from aicenter.client import ApiError
+
     with client() as api:
         svc = api.get_service(_service_id(api, service, workspace))
         jobs = [r.job_id for r in svc.replicas if job is None or r.job_id == job]
@@ -409,7 +411,12 @@ def logs(
         for job_id in jobs:
             if len(jobs) > 1:
                 typer.echo(f"--- job {job_id} ---", err=True)
-            stream_logs(api, job_id, None, None, follow)
+            try:
+                stream_logs(api, job_id, None, None, follow)
+            except ApiError as exc:
+                if exc.code != "conflict":  # conflict: the replica has not launched, so it has no log yet
+                    raise
+                typer.echo(f"replica job {job_id} has not launched yet: no logs so far", err=True)
 
 
 @service_app.command("infer", epilog="Example: aicenter service infer iris --input 'input=[[5.1, 3.5, 1.4, 0.2]]'")

@@ -165,7 +165,8 @@ class ServicesMixin(JobsMixin):
 
     def service_logs(self, service: ServiceRef, *, job_id: int | None = None, follow: bool = False) -> Iterator[str]:
         """The log lines of the service's live replicas (jobs), one replica after the other, each line prefixed
-        by ``[job <id>] `` when there are several; ``job_id`` picks one replica. Nothing when none runs.
+        by ``[job <id>] `` when there are several; ``job_id`` picks one replica. Nothing from a replica that has
+        not launched yet, nor when none runs.
 
         ``follow`` keeps reading (one replica only: give ``job_id`` when several run)."""
         detail = self.get_service(service)
@@ -178,8 +179,12 @@ class ServicesMixin(JobsMixin):
             )
         for job in jobs:
             prefix = f"[job {job}] " if len(jobs) > 1 else ""
-            for line in self.job_logs(job, follow=follow):
-                yield prefix + line
+            try:
+                for line in self.job_logs(job, follow=follow):
+                    yield prefix + line
+            except ApiError as exc:
+                if exc.code != "conflict":  # conflict: this replica has not launched, so it has no log yet
+                    raise
 
     def infer(
         self,

@@ -63,7 +63,7 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     assert refused.exit_code == 1
     one_error_line(refused, "conflict")
     traffic = admin_cli("service", "traffic", "cli-iris", "1=50", "7=50")
-    assert traffic.exit_code == 1
+    assert traffic.exit_code == 2  # the server's validation_failed, like the CLI's own
     assert "traffic" in one_error_line(traffic, "validation_failed")
 
     scaled = as_json(
@@ -88,7 +88,10 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     # The replica has not launched: no log to show, and a clear word instead of a traceback.
     logs = admin_cli("service", "logs", "cli-iris")
     assert logs.exit_code == 0, logs.output
-    assert "Traceback" not in logs.output
+    assert logs.stdout == "" and "has not launched yet" in logs.stderr
+    followed_other = admin_cli("service", "logs", "cli-iris", "--job", "999999")
+    assert followed_other.exit_code == 2
+    one_error_line(followed_other, "validation_failed")
 
     undeletable = admin_cli("service", "delete", "cli-iris", "--yes")
     assert undeletable.exit_code == 1
