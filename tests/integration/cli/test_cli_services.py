@@ -105,6 +105,12 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     no_yes = admin_cli("service", "delete", "cli-iris")
     assert no_yes.exit_code == 2
     one_error_line(no_yes, "confirmation_required")
+    still = admin_cli("service", "delete", "cli-iris", "--yes")
+    assert "replicas stopping" in one_error_line(still, "conflict")
+    # No serving controller runs here to stop the drained replica: its queued job is stopped by hand.
+    for replica in svc["replicas"]:
+        job_stopped = admin_cli("job", "stop", str(replica["job_id"]))
+        assert job_stopped.exit_code == 0, job_stopped.output
     deleted = admin_cli("service", "delete", "cli-iris", "--yes")
     assert deleted.exit_code == 0 and "Deleted service" in deleted.stdout, deleted.output
     gone = admin_cli("service", "get", "cli-iris")
