@@ -44,13 +44,16 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     row = next(line for line in listed.stdout.splitlines() if "cli-iris" in line)
     for cell in ("cli-iris", "1", "deploying", "0/1", "/serve/"):
         assert cell in row, row
-    assert "REPLICAS" in listed.stdout and "URL" in listed.stdout
+    assert "REPLICAS" in listed.stdout
+    assert "URL" in listed.stdout
     only_stopped = as_json(admin_cli("service", "list", "--status", "stopped", "-o", "json"))
     assert all(s["name"] != "cli-iris" for s in only_stopped)  # type: ignore[union-attr]
 
     got = admin_cli("service", "get", "cli-iris")
     assert got.exit_code == 0, got.output
-    assert "Revisions" in got.stdout and "starting" in got.stdout and "Replicas" in got.stdout
+    assert "Revisions" in got.stdout
+    assert "starting" in got.stdout
+    assert "Replicas" in got.stdout
     assert "/v2/models/cli-iris/infer" in got.stdout
     by_id = as_json(admin_cli("service", "get", str(svc["id"]), "-o", "json"))
     assert by_id["name"] == "cli-iris"  # type: ignore[index]
@@ -75,20 +78,23 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     created = admin_cli("service", "keys", "create", "cli-iris", "app")
     assert created.exit_code == 0, created.output
     key = created.stdout.strip()
-    assert len(key) > 16 and "shown this once" in created.stderr
+    assert len(key) > 16
+    assert "shown this once" in created.stderr
     keys = as_json(admin_cli("service", "keys", "list", "cli-iris", "-o", "json"))
     assert [(k["name"], key.startswith(k["prefix"])) for k in keys] == [("app", True)]  # type: ignore[union-attr]
     assert "app" in admin_cli("service", "keys", "list", "cli-iris").stdout
     missing_key = admin_cli("service", "keys", "revoke", "cli-iris", "nope")
     one_error_line(missing_key, "not_found")
     revoked = admin_cli("service", "keys", "revoke", "cli-iris", "app")
-    assert revoked.exit_code == 0 and "Revoked key" in revoked.stdout, revoked.output
+    assert revoked.exit_code == 0, revoked.output
+    assert "Revoked key" in revoked.stdout
     assert as_json(admin_cli("service", "keys", "list", "cli-iris", "-o", "json")) == []
 
     # The replica has not launched: no log to show, and a clear word instead of a traceback.
     logs = admin_cli("service", "logs", "cli-iris")
     assert logs.exit_code == 0, logs.output
-    assert logs.stdout == "" and "has not launched yet" in logs.stderr
+    assert logs.stdout == ""
+    assert "has not launched yet" in logs.stderr
     followed_other = admin_cli("service", "logs", "cli-iris", "--job", "999999")
     assert followed_other.exit_code == 2
     one_error_line(followed_other, "validation_failed")
@@ -97,7 +103,8 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
     assert undeletable.exit_code == 1
     assert "Traceback" not in undeletable.output
     stopped = admin_cli("service", "stop", "cli-iris")
-    assert stopped.exit_code == 0 and "cli-iris" in stopped.stdout, stopped.output
+    assert stopped.exit_code == 0, stopped.output
+    assert "cli-iris" in stopped.stdout
     assert as_json(admin_cli("service", "get", "cli-iris", "-o", "json"))["status"] == "stopped"  # type: ignore[index]
     started = as_json(admin_cli("service", "start", "cli-iris", "-o", "json"))
     assert started["status"] != "stopped"  # type: ignore[index]
@@ -112,7 +119,8 @@ def test_deploy_list_get_update_scale_keys_stop_start_delete(admin_cli: Run, tmp
         job_stopped = admin_cli("job", "stop", str(replica["job_id"]))
         assert job_stopped.exit_code == 0, job_stopped.output
     deleted = admin_cli("service", "delete", "cli-iris", "--yes")
-    assert deleted.exit_code == 0 and "Deleted service" in deleted.stdout, deleted.output
+    assert deleted.exit_code == 0, deleted.output
+    assert "Deleted service" in deleted.stdout
     gone = admin_cli("service", "get", "cli-iris")
     assert gone.exit_code == 1
     one_error_line(gone, "not_found")
@@ -134,7 +142,8 @@ def test_deploy_from_a_spec_file_and_infer_without_a_ready_replica(admin_cli: Ru
     body = tmp_path / "body.json"
     body.write_text(json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [1]}]}))
     by_body = admin_cli("service", "infer", "from-file", "--body", str(body))
-    assert by_body.exit_code == 1 and "Traceback" not in by_body.output
+    assert by_body.exit_code == 1
+    assert "Traceback" not in by_body.output
 
 
 def test_bad_input_is_one_line_and_no_traceback(admin_cli: Run, tmp_path: Path) -> None:
