@@ -460,9 +460,20 @@ def infer(
                 raise invalid("--input", f"{name}: not JSON ({exc.msg})") from None
             tensors.append(v2_tensor(name.strip(), value))
         request = {"inputs": tensors}
+    from aicenter.client import ApiError
+
     with client() as api:
         svc = api.get_service(_service_id(api, service, workspace))
-        answer = api.infer_raw(svc, request, api_key=api_key)
+        url = f"{api.base_url}{svc.url}/v2/models/{svc.name}/infer"
+        try:
+            answer = api.infer_raw(svc, request, api_key=api_key)
+        except ApiError as exc:
+            if exc.status != 404 or exc.message.strip().lower() != "not found":
+                raise
+            # A bare 404 is the web server's, not the gateway's (which names what it misses): no gateway here.
+            raise CliError(
+                "not_found", f"{url}: nothing answers there (404); this server runs no serving gateway"
+            ) from None
     typer.echo(json.dumps(answer, indent=2, ensure_ascii=False))
 
 
