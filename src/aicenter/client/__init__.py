@@ -44,6 +44,14 @@ from aicenter.client.models import (
     Workspace,
 )
 from aicenter.client.notebook_models import Notebook, NotebookSaved, NotebookSsh
+from aicenter.client.service_models import (
+    CreatedServiceKey,
+    Service,
+    ServiceKey,
+    ServiceLoadPoint,
+    ServiceReplica,
+    ServiceRevision,
+)
 from aicenter.client.transfer import Progress, PullReport, TransferError
 
 __all__ = [
@@ -54,6 +62,7 @@ __all__ = [
     "Build",
     "Client",
     "ConnectionFailed",
+    "CreatedServiceKey",
     "FileInfo",
     "FsckReport",
     "GcReport",
@@ -80,6 +89,11 @@ __all__ = [
     "Series",
     "SeriesData",
     "SeriesPoint",
+    "Service",
+    "ServiceKey",
+    "ServiceLoadPoint",
+    "ServiceReplica",
+    "ServiceRevision",
     "Spec",
     "SshKey",
     "StorageUsage",

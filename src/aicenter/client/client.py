@@ -9,6 +9,7 @@ from aicenter.client._jobs import JobsMixin
 from aicenter.client._latest import LatestMixin
 from aicenter.client._notebooks import NotebooksMixin
 from aicenter.client._series import SeriesMixin
+from aicenter.client._services import ServicesMixin
 from aicenter.client._ssh_keys import SshKeysMixin
 from aicenter.client._tenancy import TenancyMixin
 from aicenter.client.transfer import TransferMixin
@@ -19,6 +20,7 @@ class Client(
     TenancyMixin,
     InventoryMixin,
     TransferMixin,
+    ServicesMixin,
     JobsMixin,
     NotebooksMixin,
     SeriesMixin,
