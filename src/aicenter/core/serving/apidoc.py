@@ -163,15 +163,12 @@ def _oip_paths(model: str, inputs: list[dict[str, Any]], outputs: list[dict[str,
 
 
 def _oip_schemas(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
-    tensor_meta = {
-        "type": "object",
-        "required": ["name", "datatype", "shape"],
-        "properties": {
-            "name": {"type": "string"},
-            "datatype": {"type": "string"},
-            "shape": {"type": "array", "items": {"type": "integer"}},
-        },
+    tensor_props: dict[str, Any] = {
+        "name": {"type": "string"},
+        "datatype": {"type": "string"},
+        "shape": {"type": "array", "items": {"type": "integer"}},
     }
+    tensor_meta = {"type": "object", "required": ["name", "datatype", "shape"], "properties": tensor_props}
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
         "TensorMetadata": tensor_meta,
@@ -188,12 +185,12 @@ def _oip_schemas(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) ->
         "RequestInput": {
             "type": "object",
             "required": ["name", "datatype", "shape", "data"],
-            "properties": {**tensor_meta["properties"], "parameters": {"type": "object"}, "data": {"type": "array"}},
+            "properties": {**tensor_props, "parameters": {"type": "object"}, "data": {"type": "array"}},
         },
         "ResponseOutput": {
             "type": "object",
             "required": ["name", "datatype", "shape", "data"],
-            "properties": {**tensor_meta["properties"], "parameters": {"type": "object"}, "data": {"type": "array"}},
+            "properties": {**tensor_props, "parameters": {"type": "object"}, "data": {"type": "array"}},
         },
         "InferenceRequest": {
             "type": "object",
