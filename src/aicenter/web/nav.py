@@ -71,6 +71,7 @@ NAV: list[NavEntry] = [
         "/notebooks",
         description="JupyterLab, a terminal or VS Code on the platform's machines; save your work as code.",
     ),
+    NavEntry("services", "Services", "/services", description="Models deployed as inference services."),
     NavEntry("specs", "Resource specs", "/specs", description="The resource bundles you can run work on, with prices."),
     NavEntry("pools", "Pools", "/pools", description="The groups of nodes your workspace may use."),
     NavEntry("accelerator-types", "Accelerator types", "/accelerator-types", description="GPUs and NPUs on offer."),

@@ -73,6 +73,7 @@ EVERYONE = [
     "/pools/{pool_id}",
     "/accelerator-types",
     "/accelerator-types/{type_id}",
+    "/services",
 ]
 
 

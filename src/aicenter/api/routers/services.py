@@ -7,12 +7,12 @@ A service's replicas are jobs (kind ``service``): their logs, events and machine
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 
 from aicenter.api.access import Access, access
-from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.serving import (
@@ -27,6 +27,7 @@ from aicenter.api.schemas.serving import (
     ServiceUpdate,
     TrafficIn,
 )
+from aicenter.core.serving.apidoc import build_api_doc
 from aicenter.services import serving
 
 router = APIRouter(prefix="/api/v1/services", tags=["services"], responses=ERROR_RESPONSES)
@@ -191,3 +192,20 @@ async def service_load(
     """Requests, errors, concurrency and latency per revision as the gateways reported them (every second or
     so, all gateways summed): the console's charts."""
     return [LoadPointOut.from_point(p) for p in await serving.service_load(session, actor, service_id, minutes=minutes)]
+
+
+@router.get("/{service_id}/openapi.json", openapi_extra=access(Access.USER))
+async def service_openapi(service_id: Id, actor: CurrentActor, session: ReadSession, ctx: Ctx) -> dict[str, Any]:
+    """The service's own API as OpenAPI 3.1: the Open Inference Protocol v2 endpoints with its stable revision's
+    inputs and outputs (or the OpenAI-compatible ``/v1`` API for a command runtime), at the server's public URL."""
+    view = await serving.get_service(session, actor, service_id)
+    stable = next((r for r in view.revisions if r.id == view.service.stable_revision_id), None)
+    doc = build_api_doc(
+        service_name=view.service.name,
+        url_path=view.url_path,
+        base_url=ctx.settings.api_url,
+        signature=stable.signature if stable is not None else None,
+        runtime=stable.runtime if stable is not None else view.runtime,
+        revision=stable.number if stable is not None else None,
+    )
+    return doc.openapi

@@ -15,6 +15,7 @@ from aicenter.web.routes import (
     nodes,
     notebooks,
     pools,
+    services,
     session,
     specs,
     users,
@@ -35,5 +36,6 @@ ROUTERS: list[APIRouter] = [
     catalog_versions.router,
     jobs.router,
     notebooks.router,
+    services.router,
     alerts.router,
 ]
