@@ -17,7 +17,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -130,8 +129,18 @@ def _train(world: dict[str, Any], http: httpx.Client, version: int, slope: tuple
 
 
 def _infer(base: str, path: str, headers: dict[str, str], x: list[list[float]]) -> httpx.Response:
-    body = {"inputs": [{"name": "x", "shape": [len(x), 2], "datatype": "FP32", "data": sum(x, [])}]}
+    body = {"inputs": [{"name": "x", "shape": [len(x), 2], "datatype": "FP32", "data": [v for row in x for v in row]}]}
     return httpx.post(f"{base}{path}/v2/models/lin/infer", json=body, headers=headers, timeout=60)
+
+
+def _traffic(http: httpx.Client, sid: int) -> list[int]:
+    return [r["traffic"] for r in http.get(f"/api/v1/services/{sid}").json()["revisions"]]
+
+
+def _revision_replicas(http: httpx.Client, sid: int) -> list[tuple[str, int]]:
+    """Each revision's state and its live replicas."""
+    svc = http.get(f"/api/v1/services/{sid}").json()
+    return [(r["state"], sum(1 for p in svc["replicas"] if p["revision"] == r["number"])) for r in svc["revisions"]]
 
 
 class SteadyLoad:
@@ -209,7 +218,8 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
         tensor = tritonclient.InferInput("x", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x, binary_data=binary)
         out = tritonclient.InferRequestedOutput("y", binary_data=binary)
-        answer = client.infer("lin", [tensor], outputs=[out], headers=headers)
+        # A copy: the client adds its binary header to the dict it is given.
+        answer = client.infer("lin", [tensor], outputs=[out], headers=dict(headers))
         np.testing.assert_allclose(answer.as_numpy("y").ravel(), [1.5, -1.5], atol=1e-4)
 
     # Plain HTTP with the key; bob with his own token; refusals for everybody else.
@@ -241,14 +251,12 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     with SteadyLoad(server.url, path, key) as load:
         canary = {"spec": {"model": "lin:2", "rollout": {"strategy": "canary", "canary_percent": 10}}}
         assert alice.patch(f"/api/v1/services/{sid}", json=canary).status_code == 200
-        _wait("canary", lambda: [r["traffic"] for r in alice.get(f"/api/v1/services/{sid}").json()["revisions"]] == [90, 10])
+        _wait("canary", lambda: _traffic(alice, sid) == [90, 10])
         _wait("canary answers", lambda: load.revisions.get("2", 0) >= 3, 60)
         assert alice.post(f"/api/v1/services/{sid}/promote").status_code == 200
         _wait(
             "old revision gone",
-            lambda: [(r["state"], len([p for p in s["replicas"] if p["revision"] == r["number"]]))
-                     for s in [alice.get(f"/api/v1/services/{sid}").json()] for r in s["revisions"]]  # fmt: skip
-            == [("retired", 0), ("ready", 1)],
+            lambda: _revision_replicas(alice, sid) == [("retired", 0), ("ready", 1)],
             60,
         )
         time.sleep(1.0)  # requests after the switch
