@@ -55,7 +55,7 @@ from aicenter.db.models import (
     ResourceSpec,
     User,
 )
-from aicenter.services import alerts, auth, catalog, jobs, monitoring, notebooks, ssh_keys, tenancy
+from aicenter.services import alerts, auth, catalog, jobs, monitoring, notebooks, serving, ssh_keys, tenancy
 from aicenter.services.context import Actor
 from aicenter.services.monitoring import Sample
 from tests.support.settings import make_settings
@@ -159,6 +159,8 @@ class World:
     alert_ids: dict[str, int] = field(default_factory=dict)  # rule, silence, channel of A (alice's)
     # --- end alerts ---
     ssh_key_id: int = 0  # an SSH key of alice
+    service_id: int = 0  # a service of alice in workspace A (a custom command: no model needed)
+    service_key_id: int = 0  # an API key of that service
 
     def item_for(self, path: str) -> int:
         """The item an operation's {item_id} names: collections differ by kind, imports need a preset."""
@@ -203,7 +205,8 @@ PATH_PARAMS: dict[str, PathParam] = {
     "silence_id": PathParam(lambda w, p: w.alert_ids.get("silence", 1), True),
     "channel_id": PathParam(lambda w, p: w.alert_ids.get("channel", 1), True),
     # --- end alerts ---
-    "key_id": PathParam(lambda w, p: w.ssh_key_id, True),  # ssh keys
+    "key_id": PathParam(lambda w, p: w.service_key_id if "/services/" in p else w.ssh_key_id, True),
+    "service_id": PathParam(lambda w, p: w.service_id, True),
 }
 
 
@@ -290,6 +293,7 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
     await _series_world(db, job_id)  # series
     alert_ids = await _alerts_world(db, alice, workspace_a)  # alerts
     ssh_key_id = await _ssh_keys_world(db, alice)  # ssh keys
+    service_id, service_key_id = await _services_world(db, alice)  # services
     return World(
         admin=admin,
         alice=alice,
@@ -316,6 +320,8 @@ async def world(db: Database, app: FastAPI, tmp_path: Path, monkeypatch: pytest.
         notebook_id=notebook_id,
         alert_ids=alert_ids,
         ssh_key_id=ssh_key_id,
+        service_id=service_id,
+        service_key_id=service_key_id,
     )
 
 
@@ -379,6 +385,21 @@ async def _jobs_world(db: Database, alice: Caller) -> tuple[int, int, str, int, 
 
 
 # --- end jobs ---
+
+
+async def _services_world(db: Database, alice: Caller) -> tuple[int, int]:
+    """A service of alice in workspace A (its first replica queued) and an API key of it."""
+    as_alice = Actor(alice.user_id, alice.username)
+    spec = {
+        "name": "iso-service",
+        "runtime": "command",
+        "command": "python -m http.server $PORT",
+        "resources": {"spec": "gpu-a100-1"},
+    }
+    async with db.write() as session:
+        service_id = await serving.deploy_service(session, as_alice, spec)
+        key = await serving.create_key(session, as_alice, service_id, "iso-key")
+    return service_id, key.row.id
 
 
 # --- series ---
