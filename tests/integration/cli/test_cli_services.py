@@ -139,8 +139,8 @@ def test_deploy_from_a_spec_file_and_infer_without_a_ready_replica(admin_cli: Ru
     assert "Traceback" not in answer.output
     line = answer.stderr.strip().splitlines()[-1]
     assert line.startswith("error: "), answer.stderr
-    # Here no gateway answers (not on this branch): the address is named; a gateway names the missing replica.
-    assert "/serve/" in line or "replica" in line.lower(), line
+    # The gateway either does not route to it yet (its table reloads every second) or holds no ready replica.
+    assert any(word in line.lower() for word in ("/serve/", "replica", "no service")), line
     body = tmp_path / "body.json"
     body.write_text(json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [1]}]}))
     by_body = admin_cli("service", "infer", "from-file", "--body", str(body))
