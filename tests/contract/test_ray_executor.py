@@ -95,7 +95,8 @@ class RayContract(ExecutorContract):
         self.address = cluster.address
 
     def make_executor(self, root: Path) -> Executor:
-        return RayExecutor(root, address=self.address, launch_timeout_s=30.0, sandbox=self.sandbox)
+        # The module's cluster declares a dead node within about 3 s (tests/support/ray.py).
+        return RayExecutor(root, address=self.address, launch_timeout_s=30.0, lost_grace_s=8.0, sandbox=self.sandbox)
 
     def kill_supervisor(self, handle: ReplicaHandle) -> None:
         os.kill(int(_record(handle)["launcher_pid"]), signal.SIGKILL)  # type: ignore[call-overload]

@@ -120,6 +120,9 @@ class RayExecutor:
         nodes_cache_s: How long ``launch`` and ``allocate_ports`` reuse ``ray.nodes()`` to find a node's id
             (a missing name is looked up afresh). ``status`` of a running replica needs no node list; one whose
             actor is gone asks afresh whether its node is dead (``node lost``) or alive (``launcher lost``).
+        lost_grace_s: How long a replica whose actor is gone but whose node Ray still counts alive is reported
+            running before it is lost to its launcher: longer than Ray's node health-check window (default
+            about 20 s), so that a node's death is not taken for its launcher's.
         sandbox, sandbox_uid_base, pids_max, cgroups, cgroup_parent: The nodes' ``LocalExecutor`` settings.
 
     A process talks to one Ray cluster (``ray.init`` is process-wide): executors made later reuse the first
@@ -139,6 +142,7 @@ class RayExecutor:
         launch_timeout_s: float = 60.0,
         call_timeout_s: float = 10.0,
         nodes_cache_s: float = 2.0,
+        lost_grace_s: float = 30.0,
         sandbox: SandboxMode = "off",
         sandbox_uid_base: int = 200_000,
         pids_max: int = 4096,
@@ -153,6 +157,7 @@ class RayExecutor:
         self.launch_timeout_s = launch_timeout_s
         self.call_timeout_s = call_timeout_s
         self.nodes_cache_s = nodes_cache_s
+        self.lost_grace_s = lost_grace_s
         self.local_options: dict[str, Any] = {
             "launch_timeout_s": launch_timeout_s,
             "sandbox": sandbox,
@@ -166,6 +171,8 @@ class RayExecutor:
         self._nodes_at = -1e9
         self._nodes_lock = threading.Lock()
         self._actors: dict[str, Any] = {}
+        # Actor name -> when its actor was first seen gone while Ray still counted its node alive (``_status``).
+        self._gone_since: dict[str, float] = {}
         self._recent_ports: dict[str, deque[int]] = {}
         self._threads = ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="aicenter-ray")
 
@@ -372,12 +379,19 @@ class RayExecutor:
         final = self._final(record)
         if final is not None:
             return final
-        node_alive = self._node_alive(str(handle.extra.get("node_id", "")), max_age_s=0)
-        return ReplicaStatus(
-            ReplicaState.LOST,
-            reason=LAUNCHER_LOST if node_alive else NODE_LOST,
-            started_at=parse_stamp(record.get("started_at")),
-        )
+        started = parse_stamp(record.get("started_at"))
+        if self._node_alive(str(handle.extra.get("node_id", "")), max_age_s=0):
+            # A node that died takes its actors with it at once, but Ray declares the node dead only after its
+            # health checks fail (seconds): until ``lost_grace_s`` has passed the cause is not known, and the
+            # replica is reported running rather than lost for the wrong reason.
+            first = self._gone_since.setdefault(name, time.monotonic())
+            if time.monotonic() - first < self.lost_grace_s:
+                return ReplicaStatus(ReplicaState.RUNNING, started_at=started)
+            reason = LAUNCHER_LOST
+        else:
+            reason = NODE_LOST
+        self._gone_since.pop(name, None)
+        return ReplicaStatus(ReplicaState.LOST, reason=reason, started_at=started)
 
     async def stop(self, handle: ReplicaHandle, grace_s: float) -> None:
         """SIGTERM, up to ``grace_s`` to exit, then SIGKILL, on the node (``LocalExecutor.stop``). Idempotent."""
