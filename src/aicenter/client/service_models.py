@@ -37,6 +37,7 @@ class ServiceReplica(ApiModel):
     status: str
     ready: bool = False
     draining: bool = False
+    node: str | None = None
     started_at: datetime | None = None
 
 

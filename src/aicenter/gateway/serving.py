@@ -91,8 +91,8 @@ class GatewayMetrics:
     """Prometheus metrics the gateway feeds (``services.monitoring``'s ``aicenter_service_*`` families).
 
     Attributes:
-        requests: A counter with labels ``service``, ``code`` (and optionally ``revision``).
-        duration: A histogram with label ``service`` (and optionally ``revision``).
+        requests: A counter with labels ``service``, ``revision``, ``code``.
+        duration: A histogram with labels ``service``, ``revision``.
     """
 
     requests: Any = None
@@ -422,8 +422,12 @@ class ServingGateway:
         code = str(status)
         children = self._metric_children.get((label, number, code))
         if children is None:
-            children = (_child(metrics.requests, service=label, revision=number, code=code),
-                        _child(metrics.duration, service=label, revision=number))  # fmt: skip
+            children = (
+                None
+                if metrics.requests is None
+                else metrics.requests.labels(service=label, revision=number, code=code),
+                None if metrics.duration is None else metrics.duration.labels(service=label, revision=number),
+            )
             if len(self._metric_children) < 100_000:
                 self._metric_children[(label, number, code)] = children
         if children[0] is not None:
@@ -461,14 +465,6 @@ async def _unless_gone(receive: Receive, work: Awaitable[T]) -> tuple[bool, T | 
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-def _child(metric: Any, **values: str) -> Any:
-    """The metric's child for these label values, using only the labels it declares (``revision`` is optional)."""
-    if metric is None:
-        return None
-    names = getattr(metric, "_labelnames", ())
-    return metric.labels(**{name: values.get(name, "") for name in names}) if names else metric
 
 
 def _split(scope: Scope) -> tuple[str, str, str]:

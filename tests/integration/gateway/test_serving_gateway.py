@@ -389,7 +389,7 @@ async def test_metrics_and_load(harness: Harness) -> None:
     from prometheus_client import Counter, Histogram
 
     requests = Counter("t_requests", "", ["service", "revision", "code"], registry=None)
-    duration = Histogram("t_duration", "", ["service"], registry=None)
+    duration = Histogram("t_duration", "", ["service", "revision"], registry=None)
     harness.gateway._metrics = GatewayMetrics(requests, duration)
     a = await harness.world.replica(Replica("a"), 11)
     await harness.set_table(service(RevisionRoute(101, 1, 100, endpoints=(a,))))

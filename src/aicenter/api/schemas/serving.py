@@ -96,6 +96,7 @@ class ServiceReplicaOut(Schema):
     status: str
     ready: bool
     draining: bool
+    node: str | None = Field(None, description="The node it runs on, once placed.")
     started_at: datetime | None
 
     @classmethod
@@ -106,6 +107,7 @@ class ServiceReplicaOut(Schema):
             status=r.status,
             ready=r.ready,
             draining=r.draining,
+            node=r.node,
             started_at=r.started_at,
         )
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from aicenter.core.catalog import ItemKind
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, Conflict, Forbidden, NotFound, ValidationFailed
+from aicenter.core.jobs import load_document
 from aicenter.core.jobs.serving import COMMAND_RUNTIME
 from aicenter.core.serving.runtimes import choose_runtime
 from aicenter.core.serving.spec import (
@@ -258,9 +259,8 @@ async def update_service(
 
 
 def _mapping(source: str | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A revision's fields from their text form (as the CLI sends a spec file) or as given."""
     if isinstance(source, str):
-        from aicenter.core.jobs import load_document  # the text form, as the CLI sends it
-
         data = load_document(source)
         if not isinstance(data, Mapping):
             raise ValidationFailed("a revision is a mapping of fields (model, runtime, resources, rollout, ...)")

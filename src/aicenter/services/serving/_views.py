@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
 from aicenter.core.jobs import ACTIVE_STATUSES
-from aicenter.db.models import Job, Service, ServiceLoad, ServiceReplica, ServiceRevision, User, Workspace
+from aicenter.db.models import Job, Replica, Service, ServiceLoad, ServiceReplica, ServiceRevision, User, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services.access import member_workspace_ids
 from aicenter.services.context import Actor
@@ -84,15 +84,17 @@ async def _views(session: AsyncSession, services: list[Service], *, detail: bool
         revisions[rev.service_id].append(rev)
     rows = (
         await session.execute(
-            select(ServiceReplica, Job.status, Job.started_at)
+            select(ServiceReplica, Job.status, Job.started_at, Replica.node_name)
             .join(Job, Job.id == ServiceReplica.job_id)
+            # The replica's current attempt (a service replica job has one replica): where it runs, once placed.
+            .outerjoin(Replica, (Replica.job_id == Job.id) & (Replica.attempt == Job.restart_count))
             .where(ServiceReplica.service_id.in_(ids))
         )
     ).all()
     number = {r.id: r.number for revs in revisions.values() for r in revs}
     replicas: dict[int, list[ReplicaView]] = defaultdict(list)
     active = {s.value for s in ACTIVE_STATUSES}
-    for link, status, started_at in rows:
+    for link, status, started_at, node in rows:
         if status not in active:
             continue
         replicas[link.service_id].append(
@@ -102,7 +104,7 @@ async def _views(session: AsyncSession, services: list[Service], *, detail: bool
                 status=status,
                 ready=link.ready_at is not None and link.draining_since is None,
                 draining=link.draining_since is not None,
-                node=None,
+                node=node,
                 started_at=started_at,
             )
         )
