@@ -27,7 +27,8 @@ from aicenter.runtime.files import STATUS_FILE
 from tests.contract.executor_suite import ExecutorContract, lines, poll
 from tests.support.slurm import NodeSpec, SlurmCluster, slurm_available
 
-pytestmark = pytest.mark.slurm
+# An engine's contract on a real Slurm cluster: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 NODES = (
     # Room for the contract's replicas at once (Slurm's CPUs here are declared, not this host's).

@@ -15,7 +15,7 @@ import pytest
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]  # a browser journey
 
 MEMBER = "dora"
 MEMBER_PASSWORD = "dora-Passw0rd-1"

@@ -24,7 +24,7 @@ from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
 from tests.e2e.conftest import ADMIN_PASSWORD, CHROMIUM_ARGS, Server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]  # a browser journey
 
 # Five steps, a pause while the page is open, five more: the chart must grow without a reload.
 TRAIN = (

@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]  # a browser journey
 
 
 def test_submit_from_the_form_and_watch_the_live_log(server: Server, browser_page: Any) -> None:

@@ -219,6 +219,7 @@ def test_onnx_json_and_binary_infer_metadata_and_errors(start: Any, onnx_dir: Pa
     assert server.process.returncode == 0
 
 
+@pytest.mark.slow  # imports torch and scikit-learn in the model server: ~20 s
 def test_torchscript_and_sklearn_models_serve(start: Any, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     joblib = pytest.importorskip("joblib")
