@@ -259,8 +259,15 @@ def section_throughput(targets: list[Target], seconds: float, rounds: int) -> di
                 runs[target.name].append(run_async(closed_loop(target, concurrency, seconds)))
         figures = {name: throughput(r) for name, r in runs.items()}
         if "ray_serve" in figures and figures["ray_serve"]["rps"]:
-            figures["gateway_vs_ray_serve_rps"] = round(figures["gateway"]["rps"] / figures["ray_serve"]["rps"], 2)
-            figures["gateway_vs_ray_serve_p99"] = _ratio(figures["gateway"], figures["ray_serve"])
+            rps = round(figures["gateway"]["rps"] / figures["ray_serve"]["rps"], 2)
+            p99 = _ratio(figures["gateway"], figures["ray_serve"])
+            # At equal p99: with the gateway's p99 at or below Ray Serve's, its requests/s at Ray Serve's p99 is at
+            # least what it did here (a closed loop only gains throughput as latency may grow).
+            figures["gateway_vs_ray_serve"] = {
+                "rps_ratio": rps,
+                "p99_ratio": p99,
+                "goal_met": rps >= GOALS["rps_vs_ray_serve"] and p99 is not None and p99 <= 1.0,
+            }
         out[f"c{concurrency}"] = figures
     return out
 
@@ -350,9 +357,8 @@ def section_canary(api: Client, deployed: Deployed, tmp: Path) -> dict[str, Any]
             lambda: (r := _revisions(api, deployed))[old][2] == 0 and r[new][:2] == ("ready", 100),
         )
         time.sleep(1.0)
-    summary = load.summary()
-    return {"canary_percent": 10, "seconds": round(time.perf_counter() - began, 1), "by_revision_at_promote": at_canary,
-            **summary}  # fmt: skip
+    seconds = round(time.perf_counter() - began, 1)
+    return {"canary_percent": 10, "seconds": seconds, "by_revision_at_promote": at_canary, **load.summary()}
 
 
 def _stop_service(api: Client, deployed: Deployed) -> None:
@@ -456,6 +462,9 @@ def main() -> None:
         failed["total_failed"] = sum(v["failed"] for v in failed.values())
         failed["goal_met"] = failed["total_failed"] == GOALS["failed_requests"]
         result["failed_requests"] = failed
+    except Exception as exc:  # the figures so far and the cleanup still print; the exit status says it failed
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["server_log_tail"] = plat.log()[-1500:]
     finally:
         cleanup: dict[str, Any] = {}
         if ray_thread is not None:
@@ -474,15 +483,30 @@ def main() -> None:
     result["section_s"] = sections
     result["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=2))
+    if "error" in result:
+        sys.exit(1)
 
 
 def _summary(result: dict[str, Any]) -> dict[str, Any]:
-    thr = result.get("throughput", {})
+    """The four goals' figures and whether each was met (None: its section did not run)."""
+    overhead, cold, failed = (result.get(k, {}) for k in ("gateway_overhead", "cold_start", "failed_requests"))
+    throughput_ = result.get("throughput", {})
+    versus = {
+        c: throughput_[c]["gateway_vs_ray_serve"]
+        for c in ("c16", "c64")
+        if "gateway_vs_ray_serve" in throughput_.get(c, {})
+    }
     return {
-        "gateway_added_p50_ms": result.get("gateway_overhead", {}).get("added_p50_ms"),
-        "gateway_vs_ray_serve_rps": {c: thr[c].get("gateway_vs_ray_serve_rps") for c in ("c16", "c64") if c in thr},
-        "cold_start_median_s": result.get("cold_start", {}).get("median_s"),
-        "failed_requests": result.get("failed_requests", {}).get("total_failed"),
+        "gateway_added_p50_ms": overhead.get("added_p50_ms"),
+        "gateway_vs_ray_serve_rps": {c: v["rps_ratio"] for c, v in versus.items()},
+        "cold_start_median_s": cold.get("median_s"),
+        "failed_requests": failed.get("total_failed"),
+        "goals_met": {
+            "gateway_added_p50": overhead.get("goal_met"),
+            "rps_vs_ray_serve": all(v["goal_met"] for v in versus.values()) if versus else None,
+            "cold_start": cold.get("goal_met"),
+            "failed_requests": failed.get("goal_met"),
+        },
     }
 
 

@@ -139,6 +139,8 @@ class RayServe:
             "logging": LOGGING,
             "http": f"{HOST}:{self.port}, proxy on the head node (Serve's default)",
             "node": f"one `ray start --head` on {HOST}, {os.cpu_count()} CPUs offered",
+            # RAY_SERVE_* in this environment reach the nodes (e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1).
+            "env": {k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")},
             "handler": "async __call__(starlette Request): serve_v2 parse/validate/encode + OnnxRuntime.predict",
         }
 
