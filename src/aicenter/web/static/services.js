@@ -1,0 +1,94 @@
+// aicenter console, a service's page: the request rate, latency (p50/p99), errors and requests in flight of the
+// last hour, per revision, from GET /api/v1/services/<id>/load (what the gateways reported, about every second,
+// all gateways summed), redrawn every 15 s. Reports are binned into 10 s buckets: a rate per second, the
+// slowest p50/p99 of the bucket. Drawn with AicenterCharts (charts.js), like every console chart.
+(function () {
+  "use strict";
+
+  var BUCKET_MS = 10000;
+  var SPAN_MS = 3600 * 1000;
+  var REFRESH_MS = 15000;
+  var CHARTS = {
+    rate: { title: "Requests per second", unit: "" },
+    latency: { title: "Latency (p50, p99)", unit: "seconds" },
+    errors: { title: "Errors per second", unit: "" },
+    concurrency: { title: "Requests in flight", unit: "" }
+  };
+
+  function bucketsOf(points) {
+    // revision -> bucket start (ms) -> {requests, errors, concurrency, n, p50, p99}
+    var byRevision = {};
+    points.forEach(function (p) {
+      var at = Math.floor(Date.parse(p.at) / BUCKET_MS) * BUCKET_MS;
+      var revision = byRevision[p.revision] = byRevision[p.revision] || {};
+      var b = revision[at] = revision[at] || { requests: 0, errors: 0, concurrency: 0, n: 0, p50: null, p99: null };
+      b.requests += p.requests;
+      b.errors += p.errors;
+      b.concurrency += p.concurrency;
+      b.n += 1;
+      if (p.p50_ms !== null && (b.p50 === null || p.p50_ms > b.p50)) { b.p50 = p.p50_ms; }
+      if (p.p99_ms !== null && (b.p99 === null || p.p99_ms > b.p99)) { b.p99 = p.p99_ms; }
+    });
+    return byRevision;
+  }
+
+  function series(byRevision, kind) {
+    var out = [];
+    Object.keys(byRevision).sort(function (a, b) { return a - b; }).forEach(function (revision) {
+      var buckets = byRevision[revision];
+      var times = Object.keys(buckets).map(Number).sort(function (a, b) { return a - b; });
+      function line(label, value) {
+        var points = [];
+        times.forEach(function (t) {
+          var y = value(buckets[t]);
+          if (y !== null) { points.push({ x: t, y: y }); }
+        });
+        out.push({ label: label, points: points });
+      }
+      var name = "revision " + revision;
+      if (kind === "rate") { line(name, function (b) { return b.requests / (BUCKET_MS / 1000); }); }
+      if (kind === "errors") { line(name, function (b) { return b.errors / (BUCKET_MS / 1000); }); }
+      if (kind === "concurrency") { line(name, function (b) { return b.concurrency / b.n; }); }
+      if (kind === "latency") {
+        line(name + " p50", function (b) { return b.p50 === null ? null : b.p50 / 1000; });
+        line(name + " p99", function (b) { return b.p99 === null ? null : b.p99 / 1000; });
+      }
+    });
+    return out;
+  }
+
+  function load(root, charts) {
+    return fetch(root.getAttribute("data-service-load"), { credentials: "same-origin", cache: "no-store" })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      })
+      .then(function (points) {
+        var byRevision = bucketsOf(points);
+        var now = Date.now();
+        Object.keys(charts).forEach(function (kind) {
+          charts[kind].options.xMin = now - SPAN_MS;
+          charts[kind].options.xMax = now;
+          charts[kind].update(series(byRevision, kind));
+        });
+      }, function (error) {
+        Object.keys(charts).forEach(function (kind) { charts[kind].say("Could not read the load: " + error.message); });
+      });
+  }
+
+  function start() {
+    var root = document.querySelector("[data-service-load]");
+    if (!root || !window.fetch || !window.AicenterCharts) { return; }
+    var charts = {};
+    root.querySelectorAll("[data-load-chart]").forEach(function (holder) {
+      var kind = holder.getAttribute("data-load-chart");
+      var spec = CHARTS[kind];
+      charts[kind] = window.AicenterCharts.draw(holder, { title: spec.title, unit: spec.unit, x: "time",
+                                                          empty: "no requests in the last hour" }, []);
+    });
+    load(root, charts);
+    window.setInterval(function () { load(root, charts); }, REFRESH_MS);
+  }
+
+  start();
+}());
