@@ -21,8 +21,8 @@ from aicenter.db.engine import Database
 from aicenter.db.models import Job, Service
 from tests.integration.api.test_jobs_api import PASSWORD, _logins
 from tests.integration.api.test_services_api import _replica_jobs, _serve
-from tests.integration.services.jobs_helpers import move
 from tests.integration.services.catalog_helpers import entries, make_store, new_item, new_version
+from tests.integration.services.jobs_helpers import move
 from tests.integration.web.conftest import ADMIN_PASSWORD, OpenBrowser
 
 
@@ -212,8 +212,10 @@ async def test_actions_keys_and_permissions(
 
     bob = await open_browser("bob", PASSWORD)
     page = (await bob.get(url)).text
-    assert 'data-testid="key-row"' in page and 'data-testid="service-key-form"' not in page
-    assert 'data-testid="service-stop"' not in page and 'data-testid="service-try-form"' in page
+    assert 'data-testid="key-row"' in page
+    assert 'data-testid="service-key-form"' not in page
+    assert 'data-testid="service-stop"' not in page
+    assert 'data-testid="service-try-form"' in page
     assert (await bob.post(f"{url}/keys/{key_id}/revoke")).status_code == 403
     assert (await bob.post(f"{url}/stop")).status_code == 403
 
@@ -240,7 +242,8 @@ async def test_actions_keys_and_permissions(
     assert (running.status_code, 'data-testid="service-state-error"' in running.text) == (409, True)
     assert (await admin.post(f"{url}/stop")).status_code == 303
     page = (await alice.get(url)).text
-    assert "stopped by a platform admin" in page and 'data-testid="service-start"' in page
+    assert "stopped by a platform admin" in page
+    assert 'data-testid="service-start"' in page
     assert (await alice.post(f"{url}/start")).status_code == 303
     assert (await alice.post(f"{url}/stop")).status_code == 303
     await _stop_replicas(db, settings)
@@ -270,7 +273,8 @@ async def test_try_it_goes_through_the_gateway_as_the_member(
     # Prefilled from the model's signature: one FP32 [1, 4] tensor named features.
     (body,) = re.findall(r'id="service-try-body" name="body" rows="10">([^<]*)<', page)
     request = json.loads(html.unescape(body))
-    assert request["inputs"][0]["name"] == "features" and request["inputs"][0]["shape"] == [1, 4]
+    assert request["inputs"][0]["name"] == "features"
+    assert request["inputs"][0]["shape"] == [1, 4]
 
     # The gateway in this process, with the table as it is now (the deploy itself does not refresh it).
     gateway = app.state.serving_gateway

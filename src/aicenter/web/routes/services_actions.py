@@ -11,6 +11,7 @@ before anything is sent: admins never see a workspace's requests or answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -220,10 +221,8 @@ async def _send(cx: Console, path: str, body: str) -> TryResult:
     except TimeoutError:
         raise ValidationFailed(f"no answer within {int(TRY_TIMEOUT_S)} s; try again", field="body") from None
     text = answer.text
-    try:
+    with contextlib.suppress(ValueError):  # not JSON (a proxy's error page): shown as it came
         text = json.dumps(json.loads(text), indent=2)
-    except ValueError:
-        pass  # not JSON (a proxy's error page): shown as it came
     if len(text) > TRY_SHOWN_CHARS:
         text = text[:TRY_SHOWN_CHARS] + "\n… (cut here; the full answer is longer)"
     return TryResult(answer.status_code, answer.headers.get("x-aicenter-revision", ""), text)

@@ -32,23 +32,27 @@
     return byRevision;
   }
 
-  function series(byRevision, kind) {
+  function series(byRevision, kind, now) {
     var out = [];
     Object.keys(byRevision).sort(function (a, b) { return a - b; }).forEach(function (revision) {
       var buckets = byRevision[revision];
       var times = Object.keys(buckets).map(Number).sort(function (a, b) { return a - b; });
-      function line(label, value) {
+      // Gateways report only while a revision is busy (and once more when it goes quiet): a bucket without
+      // a report had no requests, so counts read 0 there, from a bucket before the first report to now.
+      var every = [];
+      for (var t = times[0] - BUCKET_MS; t <= now; t += BUCKET_MS) { every.push(t); }
+      function line(label, value, counted) {
         var points = [];
-        times.forEach(function (t) {
-          var y = value(buckets[t]);
+        (counted ? every : times).forEach(function (t) {
+          var y = buckets[t] ? value(buckets[t]) : 0;
           if (y !== null) { points.push({ x: t, y: y }); }
         });
         out.push({ label: label, points: points });
       }
       var name = "revision " + revision;
-      if (kind === "rate") { line(name, function (b) { return b.requests / (BUCKET_MS / 1000); }); }
-      if (kind === "errors") { line(name, function (b) { return b.errors / (BUCKET_MS / 1000); }); }
-      if (kind === "concurrency") { line(name, function (b) { return b.concurrency / b.n; }); }
+      if (kind === "rate") { line(name, function (b) { return b.requests / (BUCKET_MS / 1000); }, true); }
+      if (kind === "errors") { line(name, function (b) { return b.errors / (BUCKET_MS / 1000); }, true); }
+      if (kind === "concurrency") { line(name, function (b) { return b.concurrency / b.n; }, true); }
       if (kind === "latency") {
         line(name + " p50", function (b) { return b.p50 === null ? null : b.p50 / 1000; });
         line(name + " p99", function (b) { return b.p99 === null ? null : b.p99 / 1000; });
@@ -69,7 +73,7 @@
         Object.keys(charts).forEach(function (kind) {
           charts[kind].options.xMin = now - SPAN_MS;
           charts[kind].options.xMax = now;
-          charts[kind].update(series(byRevision, kind));
+          charts[kind].update(series(byRevision, kind, Math.floor(now / BUCKET_MS) * BUCKET_MS));
         });
       }, function (error) {
         Object.keys(charts).forEach(function (kind) { charts[kind].say("Could not read the load: " + error.message); });
