@@ -112,3 +112,7 @@ def test_one_click_deploy_then_try_it(server: Server, browser_page: Any, tmp_pat
     line.wait_for(timeout=30_000)
     assert int(line.get_attribute("data-points") or 0) > 1
     assert page.locator("[data-testid=chart-latency] [data-series='revision 1 p50']").count() == 1
+    # The replica that ran, and was ready, in the replicas chart.
+    replicas = page.locator("[data-testid=chart-replicas]")
+    assert replicas.locator("[data-testid=chart-line][data-series='revision 1 ready']").count() == 1
+    assert replicas.locator("[data-testid=chart-line][data-series=running]").count() == 1

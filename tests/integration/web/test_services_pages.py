@@ -191,6 +191,13 @@ async def test_actions_keys_and_permissions(
     await ServingController(db, settings).run_once()
     page = (await alice.get(url)).text
     assert 'name="traffic.1"' in page
+    # The replicas-over-time chart's data: the one replica, started and ready, still serving.
+    (spans,) = re.findall(r'data-testid="chart-replicas" data-spans="([^"]*)"', page)
+    (span,) = json.loads(html.unescape(spans))
+    assert span["revision"] == 1
+    assert span["started"] is not None
+    assert span["ready"] is not None
+    assert (span["draining"], span["finished"]) == (None, None)
     wrong = await alice.post(f"{url}/traffic", {"traffic.1": "50"})
     assert (wrong.status_code, 'data-testid="service-traffic-error"' in wrong.text) == (422, True), wrong.text
     assert (await alice.post(f"{url}/traffic", {"traffic.1": "100"})).status_code == 303

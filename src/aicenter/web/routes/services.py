@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -170,6 +171,28 @@ def try_body(revisions: list[Any], stable_id: int | None) -> str:
     return json.dumps(example_body(shown.signature if shown is not None else None), indent=2)
 
 
+def _ms(at: datetime | None) -> int | None:
+    if at is None:
+        return None
+    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def replica_spans_json(spans: list[serving.ReplicaSpan]) -> str:
+    """The replicas of the last hour for the replicas-over-time chart (static/services.js): times in ms."""
+    return json.dumps(
+        [
+            {
+                "revision": s.revision,
+                "started": _ms(s.started_at),
+                "ready": _ms(s.ready_at),
+                "draining": _ms(s.draining_since),
+                "finished": _ms(s.finished_at),
+            }
+            for s in spans
+        ]
+    )
+
+
 async def service_detail(
     cx: Console,
     service_id: int,
@@ -186,6 +209,7 @@ async def service_detail(
         view = await serving.get_service(session, cx.actor, service_id)
         role = cx.role_in(view.service.workspace_id)
         keys = await serving.list_keys(session, cx.actor, service_id) if role is not None else []
+        spans = await serving.replica_history(session, cx.actor, service_id)
     service = view.service
     stable = next((r for r in view.revisions if r.id == service.stable_revision_id), None)
     doc = build_api_doc(
@@ -228,6 +252,7 @@ async def service_detail(
         try_body=try_body(view.revisions, service.stable_revision_id),
         tried=tried,
         command_runtime=view.runtime == "command",
+        replica_spans=replica_spans_json(spans),
     )
     if new_key is not None:
         response.headers["Cache-Control"] = "no-store"  # the key is shown once: no copy in any cache

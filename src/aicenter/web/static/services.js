@@ -12,7 +12,8 @@
     rate: { title: "Requests per second", unit: "" },
     latency: { title: "Latency (p50, p99)", unit: "seconds" },
     errors: { title: "Errors per second", unit: "" },
-    concurrency: { title: "Requests in flight", unit: "" }
+    concurrency: { title: "Requests in flight", unit: "" },
+    replicas: { title: "Replicas (running, ready)", unit: "" }
   };
 
   function bucketsOf(points) {
@@ -61,6 +62,34 @@
     return out;
   }
 
+  // Replicas over time from the page's spans (when each replica's job ran, when it was ready, drained): the
+  // running ones in all, and the ready ones per revision, at every bucket of the last hour.
+  function replicaSeries(spans, now) {
+    var start = now - SPAN_MS;
+    function count(label, list, from, until) {
+      var points = [];
+      for (var t = start; t <= now; t += BUCKET_MS) {
+        var n = 0;
+        list.forEach(function (s) {
+          var a = from(s), b = until(s);
+          if (a !== null && a <= t && (b === null || b > t)) { n += 1; }
+        });
+        points.push({ x: t, y: n });
+      }
+      return { label: label, points: points };
+    }
+    if (!spans.length) { return []; }
+    var out = [count("running", spans, function (s) { return s.started; }, function (s) { return s.finished; })];
+    var revisions = {};
+    spans.forEach(function (s) { revisions[s.revision] = true; });
+    Object.keys(revisions).sort(function (a, b) { return a - b; }).forEach(function (revision) {
+      var mine = spans.filter(function (s) { return String(s.revision) === revision; });
+      out.push(count("revision " + revision + " ready", mine, function (s) { return s.ready; },
+                     function (s) { return s.draining !== null ? s.draining : s.finished; }));
+    });
+    return out;
+  }
+
   function load(root, charts) {
     return fetch(root.getAttribute("data-service-load"), { credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
@@ -73,7 +102,12 @@
         Object.keys(charts).forEach(function (kind) {
           charts[kind].options.xMin = now - SPAN_MS;
           charts[kind].options.xMax = now;
-          charts[kind].update(series(byRevision, kind, Math.floor(now / BUCKET_MS) * BUCKET_MS));
+          if (kind === "replicas") {
+            var holder = root.querySelector("[data-load-chart=replicas]");
+            charts[kind].update(replicaSeries(JSON.parse(holder.getAttribute("data-spans") || "[]"), now));
+          } else {
+            charts[kind].update(series(byRevision, kind, Math.floor(now / BUCKET_MS) * BUCKET_MS));
+          }
         });
       }, function (error) {
         Object.keys(charts).forEach(function (kind) { charts[kind].say("Could not read the load: " + error.message); });
