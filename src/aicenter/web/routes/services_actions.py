@@ -19,7 +19,7 @@ import httpx
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from aicenter.api.deps import SESSION_COOKIE
+from aicenter.api.deps import SESSION_COOKIE, bearer_token
 from aicenter.api.params import Id
 from aicenter.core.errors import AicenterError, Forbidden, ValidationFailed
 from aicenter.core.jobs.serving import MODEL_SERVER_RUNTIMES
@@ -210,9 +210,10 @@ async def try_it(service_id: Id, post: Post) -> Response:
 
 async def _send(cx: Console, path: str, body: str) -> TryResult:
     gateway = getattr(cx.request.app.state, "serving_gateway", None)
-    session_token = cx.request.cookies.get(SESSION_COOKIE, "")
-    if gateway is None or not session_token:
+    if gateway is None:
         raise ValidationFailed("this server runs no serving gateway; call the service's URL instead")
+    # The credential this request was authenticated with (the console's own dependency checked it just now).
+    session_token = bearer_token(cx.request) or cx.request.cookies.get(SESSION_COOKIE, "")
     transport = httpx.ASGITransport(app=gateway, client=("127.0.0.1", 0))
     headers = {"Authorization": f"Bearer {session_token}", "Content-Type": "application/json"}
     try:
