@@ -75,7 +75,8 @@ def test_one_click_deploy_then_try_it(server: Server, browser_page: Any, tmp_pat
         page.click("[data-testid=version-deploy]")
     assert page.input_value("#service-deploy-model") == version["ref"]
     page.fill("#service-deploy-name", "lin")
-    page.select_option("#service-deploy-workspace-id", label="vision")
+    # The model's workspace is chosen already (alice's own workspace is her default).
+    assert page.locator("#service-deploy-workspace-id option:checked").inner_text() == "vision"
     page.fill("#service-deploy-description", "a line")
     with page.expect_navigation():
         page.click("#service-deploy-submit")

@@ -128,10 +128,12 @@ async def test_deploy_form_from_the_model_version_page(
 
     version_page = await alice.get(f"/models/{item_id}/versions/1")
     assert version_page.status_code == 200, version_page.text
-    assert 'href="/services/new?model=iris%3A1" data-testid="version-deploy"' in version_page.text
-    form = await alice.get("/services/new?model=iris%3A1")
+    (link,) = re.findall(r'href="([^"]+)" data-testid="version-deploy"', version_page.text)
+    assert link == f"/services/new?model=iris%3A1&amp;workspace_id={w.p.ws}"
+    form = await alice.get(html.unescape(link))
     assert form.status_code == 200, form.text
     assert 'id="service-deploy-model" name="model" type="text" value="iris:1"' in form.text
+    assert f'<option value="{w.p.ws}" selected>' in form.text
     assert '<option value="cpu-4">' in form.text
 
     # Refused whole, with the error next to its field and what was typed kept.

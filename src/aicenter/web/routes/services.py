@@ -89,6 +89,10 @@ async def list_services(cx: Page) -> Response:
 
 async def _new(cx: Console, *, forms: list[FormState] | None = None, status: int = 200) -> Response:
     member_of = cx.workspace.id if cx.workspace is not None and cx.role is not None else None
+    # ?workspace_id= (the model version's workspace, from its "Deploy" button) if the user is a member of it.
+    asked = cx.request.query_params.get("workspace_id", "")
+    if asked.isdigit() and len(asked) <= 18 and cx.role_in(int(asked)) is not None:
+        member_of = int(asked)
     workspace_id = chosen_workspace_id(forms, member_of)
     async with cx.ctx.db.read() as session:
         choices = await deploy_choices(session, cx.actor, workspace_id)
@@ -108,7 +112,8 @@ async def _new(cx: Console, *, forms: list[FormState] | None = None, status: int
 
 @router.get("/services/new")
 async def new_service(cx: Page) -> Response:
-    """The deploy form; ``?model=<ref>`` (the model version page's "Deploy" button) fills in the model."""
+    """The deploy form; ``?model=<ref>&workspace_id=<id>`` (the model version page's "Deploy" button) fills in
+    the model and the workspace."""
     return await _new(cx)
 
 
