@@ -106,3 +106,22 @@ async def run_choices(session: AsyncSession, actor: Actor, workspace_id: int | N
         datasets=datasets,
         specs=[(s.name, f"{s.name} — {s.description}" if s.description else s.name) for s in specs.items],
     )
+
+
+@dataclass(frozen=True)
+class DeployChoices:
+    """What the deploy form offers: ready model versions the actor may serve, resource specs and pools."""
+
+    models: list[tuple[str, str]]
+    specs: list[tuple[str, str]]
+    pools: list[tuple[str, str]]
+
+
+async def deploy_choices(session: AsyncSession, actor: Actor, workspace_id: int | None) -> DeployChoices:
+    models = await _versions(session, actor, ItemKind.MODEL, workspace_id)
+    specs = await inventory.list_specs(session, actor, workspace_id=workspace_id, limit=_CHOICES)
+    return DeployChoices(
+        models=models,
+        specs=[(s.name, f"{s.name} — {s.description}" if s.description else s.name) for s in specs.items],
+        pools=[(p.name, p.name) for p in await pools(session, actor)],
+    )

@@ -28,10 +28,12 @@ from aicenter.services.serving._routes import (
 )
 from aicenter.services.serving._views import (
     LoadPoint,
+    ReplicaSpan,
     ReplicaView,
     ServiceView,
     get_service,
     list_services,
+    replica_history,
     service_load,
 )
 
@@ -41,6 +43,7 @@ __all__ = [
     "CreatedKey",
     "LoadPoint",
     "Probe",
+    "ReplicaSpan",
     "ReplicaView",
     "ServiceControl",
     "ServiceView",
@@ -61,6 +64,7 @@ __all__ = [
     "owner_actor",
     "promote_service",
     "record_load",
+    "replica_history",
     "require_manager",
     "revoke_key",
     "rollback_service",

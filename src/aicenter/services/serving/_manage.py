@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, Forbidden, ValidationFailed
-from aicenter.core.jobs import ACTIVE_STATUSES
+from aicenter.core.jobs import ACTIVE_STATUSES, translate
 from aicenter.core.serving.spec import RevisionSpec, RevisionState, ServiceStatus, check_traffic
 from aicenter.db.models import Job, Service, ServiceReplica, ServiceRevision
 from aicenter.events import notify_after_commit
@@ -161,7 +162,10 @@ async def scale_service(
         if revision.state not in _LIVE:
             continue
         base = {k: v for k, v in revision.spec.items() if k != "rollout"}
-        RevisionSpec.model_validate({**base, **changes})  # the bounds' rules (min <= max) name the field
+        try:  # the bounds' rules (min <= max) name the field
+            RevisionSpec.model_validate({**base, **changes})
+        except ValidationError as exc:
+            raise translate(exc) from None
         revision.spec = {**revision.spec, **changes}
         revision.updated_at = utcnow()
     audit.record(

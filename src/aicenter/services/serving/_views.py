@@ -18,7 +18,16 @@ from aicenter.services.access import member_workspace_ids
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service
 
-__all__ = ["LoadPoint", "ReplicaView", "ServiceView", "get_service", "list_services", "service_load"]
+__all__ = [
+    "LoadPoint",
+    "ReplicaSpan",
+    "ReplicaView",
+    "ServiceView",
+    "get_service",
+    "list_services",
+    "replica_history",
+    "service_load",
+]
 
 
 @dataclass(frozen=True)
@@ -194,4 +203,35 @@ async def service_load(session: AsyncSession, actor: Actor, service_id: int, *, 
     return [
         LoadPoint(at, int(number), int(req or 0), int(err or 0), float(conc or 0), p50, p99)
         for at, number, req, err, conc, p50, p99 in (await session.execute(stmt)).all()
+    ]
+
+
+@dataclass(frozen=True)
+class ReplicaSpan:
+    """When one replica ran and served: the console's replicas-over-time chart counts these."""
+
+    job_id: int
+    revision: int
+    started_at: datetime | None  # its job started (None: not yet)
+    ready_at: datetime | None  # a gateway saw it answer its readiness probe
+    draining_since: datetime | None  # taken out of routing
+    finished_at: datetime | None  # its job ended
+
+
+async def replica_history(
+    session: AsyncSession, actor: Actor, service_id: int, *, minutes: int = 60
+) -> list[ReplicaSpan]:
+    """The service's replicas that ran at some time in the last ``minutes`` (members, platform admins)."""
+    service = await load_service(session, actor, service_id)
+    since = utcnow() - timedelta(minutes=minutes)
+    stmt = (
+        select(ServiceReplica, ServiceRevision.number, Job.started_at, Job.finished_at)
+        .join(Job, Job.id == ServiceReplica.job_id)
+        .join(ServiceRevision, ServiceRevision.id == ServiceReplica.revision_id)
+        .where(ServiceReplica.service_id == service.id, (Job.finished_at.is_(None)) | (Job.finished_at >= since))
+        .order_by(ServiceReplica.job_id)
+    )
+    return [
+        ReplicaSpan(link.job_id, int(number), started, link.ready_at, link.draining_since, finished)
+        for link, number, started, finished in (await session.execute(stmt)).all()
     ]

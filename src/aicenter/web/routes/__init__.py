@@ -16,6 +16,7 @@ from aicenter.web.routes import (
     notebooks,
     pools,
     services,
+    services_actions,
     session,
     specs,
     users,
@@ -37,5 +38,6 @@ ROUTERS: list[APIRouter] = [
     jobs.router,
     notebooks.router,
     services.router,
+    services_actions.router,
     alerts.router,
 ]
