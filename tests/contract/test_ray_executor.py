@@ -36,7 +36,11 @@ from tests.contract.executor_suite import ExecutorContract, lines, poll
 from tests.support.ray import RayCluster, ray_available
 
 # An engine's contract on a real 3-node cluster (~2 minutes): with the slow tests (README).
-pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.skipif(ray_available() is not None, reason=str(ray_available()))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.ray,
+    pytest.mark.skipif(ray_available() is not None, reason=str(ray_available())),
+]
 
 HEAD = "ray-127-0-0-2"  # 4 aicenter/nvidia-a100, rack r1
 WORKER = "ray-127-0-0-3"  # 1 aicenter/nvidia-t4, rack r2, leaf l1
