@@ -203,14 +203,14 @@ async def test_deploy_canary_promote_rollback_stop_delete(
     listed = (await client.get(f"{API}/{sid}/keys", headers=h["bob"])).json()
     assert [(k["name"], "key" in k) for k in listed] == [("app", False)]
     async with db.read() as session:
-        table = await serving.load_route_table(session)
+        table = await serving.load_route_table(session, secret_key=settings.resolve_secret_key())
     route = table.get("alice", "iris")
     assert route is not None
     assert route.key_hashes == {serving.key_hash(key)}
     assert [(r.number, r.traffic) for r in route.revisions] == [(2, 100)]
     assert (await client.delete(f"{API}/{sid}/keys/{made.json()['id']}", headers=h["alice"])).status_code == 204
     async with db.read() as session:
-        route = (await serving.load_route_table(session)).get("alice", "iris")
+        route = (await serving.load_route_table(session, secret_key=settings.resolve_secret_key())).get("alice", "iris")
     assert route is not None
     assert route.key_hashes == frozenset()
 
