@@ -220,7 +220,13 @@ class Relay:
             except OSError:  # shut down by close()
                 break
             with self._idle:
-                self._open += 1
+                crowded = self._token is not None and self._checking >= MAX_CHECKING
+                if not crowded:
+                    self._open += 1
+                    self._checking += self._token is not None  # its thread counts it down once the head is in
+            if crowded:
+                conn.close()  # unanswered: answering would cost the thread the limit is there to save
+                continue
             threading.Thread(target=self._relay, args=(conn,), name="aicenter-relay", daemon=True).start()
         self._listener.close()
 
@@ -257,12 +263,6 @@ class Relay:
 
     def _check(self, conn: socket.socket) -> bytes | None:
         """The bytes of a connection whose first request head carries the token; None once it was refused."""
-        with self._idle:
-            crowded = self._checking >= MAX_CHECKING
-            if not crowded:
-                self._checking += 1
-        if crowded:
-            return None  # closed unanswered: answering would cost the thread the limit is there to save
         try:
             try:
                 read = read_head(conn, timeout_s=self._head_timeout_s)
