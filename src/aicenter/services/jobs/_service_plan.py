@@ -55,6 +55,7 @@ def service_plan(
         AICENTER_SERVE_CONFIG=json.dumps(serving, separators=(",", ":")),
         PORT=str(port),
     )
+    env.pop(SERVE_TOKEN_ENV, None)  # the platform's own, or none: never one from the spec's env
     if token:
         env[SERVE_TOKEN_ENV] = token
     command = plan.command
