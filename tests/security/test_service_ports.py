@@ -288,6 +288,13 @@ def _attacks(replica: Replica) -> list[httpx.Response]:
     return out
 
 
+def test_the_token_is_not_kept_at_rest(world: World) -> None:
+    """The launcher rewrote each plan without it once read: it lives on in the replica and the launcher only."""
+    for replica in world.replicas.values():
+        plan = Path(replica.handle.run_dir) / "plan.json"
+        assert replica.token not in plan.read_text()
+
+
 @pytest.mark.parametrize("name", ["model", "custom", "hostnet"])
 def test_a_caller_without_the_serve_token_gets_401_and_reaches_nothing(world: World, name: str) -> None:
     replica = world.replicas[name]
