@@ -4,7 +4,8 @@ its own uid and network namespace).
 alice trains a small linear model (a job that fits it with numpy and writes ``model.onnx``; the platform saves
 it as model version ``lin:1``), deploys it, and calls it with a service key through the standard Triton V2 client
 (JSON and binary tensors) and with plain HTTP. bob (a member) calls it with his own token; carol (another
-workspace), a revoked key and the platform admin are refused, and carol's job cannot reach the replica's port.
+workspace), a revoked key and the platform admin are refused, and carol's job cannot reach the replica's port;
+from the host, a call straight to that port without the replica's serve token gets 401.
 The service scales to zero when idle and the next request is answered, not failed (the activator holds it while
 a replica starts). A second version deployed as a 10 % canary serves a share of a steady load, is promoted, and
 the old revision drains and stops: no request failed along the way. The platform admin lists and force-stops it.
@@ -12,6 +13,7 @@ the old revision drains and stops: no request failed along the way. The platform
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 import threading
@@ -231,6 +233,21 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
         refused = _infer(server.url, path, {"Authorization": f"Bearer {world['tokens'][who]}"}, [[0, 0]])
         assert (refused.status_code, "error" in refused.json()) == (expected, True), who
     assert _infer(server.url, path, {}, [[0, 0]]).status_code == 401
+    # Straight to the replicas' published ports, as a host process or a job on the host's network would: no valid
+    # serve token, 401 (the gateway sends each replica its own with every request).
+    assert _infer(server.url, path, headers, [[0, 0]]).status_code == 200  # a replica runs now
+    refusals = []
+    for replica in alice.get(f"/api/v1/services/{sid}").json()["replicas"]:
+        ports = alice.get(f"/api/v1/jobs/{replica['job_id']}/replicas").json()[-1]["ports"]
+        if replica["status"] != "running" or not ports:
+            continue
+        port = ports[-1]
+        for forged in ({}, {"X-Aicenter-Serve-Token": "0" * 64}):
+            with contextlib.suppress(httpx.TransportError):  # a replica scaled down meanwhile is gone
+                direct = _infer(f"http://127.0.0.1:{port}", "", forged, [[0, 0]])
+                refusals.append((direct.status_code, "serve token" in direct.json()["error"]))
+    assert refusals
+    assert set(refusals) == {(401, True)}, refusals
     bad = httpx.post(f"{server.url}{path}/v2/models/lin/infer", json={"inputs": [{"name": "z"}]}, headers=headers)
     assert (bad.status_code, "error" in bad.json()) == (400, True)
     assert httpx.get(f"{server.url}/serve/vision/nope/v2/health/ready", headers=headers).status_code == 404

@@ -59,7 +59,7 @@ class ServingPlane:
 
     async def _load_routes(self) -> RouteTable:
         async with self.ctx.db.read() as session:
-            return await serving.load_route_table(session)
+            return await serving.load_route_table(session, secret_key=self.ctx.secret_key)
 
     async def _resolve_token(self, raw: str) -> TokenInfo | None:
         try:

@@ -27,6 +27,7 @@ from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import WakeableController, replica_name
 from aicenter.core.clock import utcnow
+from aicenter.core.jobs.serving import SERVE_TOKEN_HEADER
 from aicenter.core.serving.autoscale import ScaleState
 from aicenter.core.serving.reconcile import decide_service
 from aicenter.db import leases
@@ -47,9 +48,13 @@ class ServingController(WakeableController):
 
     name = "serving"
 
-    def __init__(self, db: Database, settings: Settings, *, owner: str | None = None) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, *, owner: str | None = None, secret_key: str | None = None
+    ) -> None:
         super().__init__(routes_changed)
         self.db = db
+        # Derives the replicas' serve tokens, which the probes send: the key that planned them (the server's).
+        self.secret_key = settings.resolve_secret_key() if secret_key is None else secret_key
         self.interval_s = settings.serving_interval_s
         self.owner = owner or replica_name()
         self.scale_states: dict[int, ScaleState] = {}
@@ -66,7 +71,7 @@ class ServingController(WakeableController):
         now = utcnow()
         clock = time.monotonic()
         async with self.db.read() as session:
-            controls = await serving.load_controls(session, now=now, clock=clock)
+            controls = await serving.load_controls(session, now=now, clock=clock, secret_key=self.secret_key)
         if not controls:
             self.scale_states.clear()
             return
@@ -75,7 +80,7 @@ class ServingController(WakeableController):
             async with self.db.write() as session:
                 await serving.mark_ready(session, ready)
             async with self.db.read() as session:
-                controls = await serving.load_controls(session, now=now, clock=clock)
+                controls = await serving.load_controls(session, now=now, clock=clock, secret_key=self.secret_key)
         live: set[int] = set()
         for control in controls:
             decision = decide_service(
@@ -106,7 +111,9 @@ class ServingController(WakeableController):
 
         async def one(probe: serving.Probe) -> int | None:
             try:
-                response = await client.get(probe.url)
+                response = await client.get(
+                    probe.url, headers={SERVE_TOKEN_HEADER: probe.token} if probe.token else None
+                )
             except httpx.HTTPError:
                 return None
             return probe.job_id if response.status_code == 200 else None
@@ -123,4 +130,4 @@ class ServingController(WakeableController):
 
 def build(ctx: AppContext) -> ServingController:
     """The factory registered in ``aicenter.app.CONTROLLER_FACTORIES``."""
-    return ServingController(ctx.db, ctx.settings)
+    return ServingController(ctx.db, ctx.settings, secret_key=ctx.secret_key)

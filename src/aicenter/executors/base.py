@@ -147,6 +147,8 @@ class ReplicaPlan:
             JupyterLab and SSH agent). Inside a job network namespace the replica listens on 127.0.0.1 and the
             launcher publishes each port on ``publish_host``; on the host's network it listens there itself.
         publish_host: The node's address that the platform's proxy and SSH gateway connect to.
+        publish_token: A service replica's serve token: the launcher's relay of its published port lets a
+            connection through only when its first request carries it (``aicenter.runtime.relay``); "" for none.
     """
 
     job_id: int
@@ -167,6 +169,7 @@ class ReplicaPlan:
     read_write: tuple[Path, ...] = ()
     published: tuple[int, ...] = ()
     publish_host: str = "127.0.0.1"
+    publish_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)

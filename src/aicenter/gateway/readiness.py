@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from aicenter.core.jobs.serving import SERVE_TOKEN_HEADER
 from aicenter.core.serving.routing import Endpoint, RouteTable
 from aicenter.gateway.upstream import UpstreamError, UpstreamPool
 
@@ -24,6 +25,7 @@ __all__ = ["Readiness", "endpoint_key"]
 log = logging.getLogger(__name__)
 
 EndpointKey = tuple[int, str, int]
+_TOKEN = SERVE_TOKEN_HEADER.encode("ascii")
 
 
 def endpoint_key(endpoint: Endpoint) -> EndpointKey:
@@ -60,7 +62,7 @@ class Readiness:
         self.fast_s = fast_s
         self.timeout_s = timeout_s
         self._ready: set[EndpointKey] = set()
-        self._targets: dict[EndpointKey, tuple[int, str]] = {}  # -> (revision id, ready path)
+        self._targets: dict[EndpointKey, tuple[int, str, str]] = {}  # -> (revision id, ready path, serve token)
         self._next: dict[EndpointKey, float] = {}
         self._probing: dict[EndpointKey, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -74,11 +76,11 @@ class Readiness:
 
     def set_table(self, table: RouteTable) -> None:
         """Follow a new table: probe its new endpoints, forget the ones it dropped."""
-        targets: dict[EndpointKey, tuple[int, str]] = {}
+        targets: dict[EndpointKey, tuple[int, str, str]] = {}
         for service in table.services.values():
             for revision in service.revisions:
                 for endpoint in revision.endpoints:
-                    targets[endpoint_key(endpoint)] = (revision.revision_id, revision.ready_path)
+                    targets[endpoint_key(endpoint)] = (revision.revision_id, revision.ready_path, endpoint.token)
         for key in self._targets.keys() - targets.keys():
             self._ready.discard(key)
             self._next.pop(key, None)
@@ -118,19 +120,21 @@ class Readiness:
     async def _run(self) -> None:
         while True:
             now = time.monotonic()
-            for key, (revision_id, path) in self._targets.items():
+            for key, (revision_id, path, token) in self._targets.items():
                 if key in self._ready or key in self._probing or now < self._next.get(key, 0.0):
                     continue
-                self._probing[key] = asyncio.get_running_loop().create_task(self._probe(key, revision_id, path))
+                probe = self._probe(key, revision_id, path, token)
+                self._probing[key] = asyncio.get_running_loop().create_task(probe)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.fast_s)
 
-    async def _probe(self, key: EndpointKey, revision_id: int, path: str) -> None:
+    async def _probe(self, key: EndpointKey, revision_id: int, path: str, token: str) -> None:
         ok = False
+        headers = ((_TOKEN, token.encode("ascii")),) if token else ()
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._pool.request(key[1], key[2], "GET", path.encode("ascii"), ())
+                response = await self._pool.request(key[1], key[2], "GET", path.encode("ascii"), headers)
                 await response.read()
                 ok = response.status == 200
         except (UpstreamError, OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):

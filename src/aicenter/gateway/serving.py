@@ -15,9 +15,10 @@ in front of FastAPI for paths under ``/serve/``. Per request, with nothing read 
 4. **Choose** the revision (header pin, A/B header, traffic split) and its least loaded ready replica; with
    none ready, the activator (``gateway.activator``) holds the request until one is.
 5. **Forward** to ``/<rest>`` (V2 revisions: ``v2/...`` only), without the caller's credentials, with
-   ``X-Forwarded-*``; the answer streams back as it arrives (server-sent events pass through). A replica that
-   cannot be reached is marked not ready and the request goes to another (twice at most), as long as nothing
-   was answered yet.
+   ``X-Forwarded-*`` and the replica's serve token (``X-Aicenter-Serve-Token``, from the route table: the
+   replica's port answers nothing without it; a caller's own header of that name is dropped); the answer
+   streams back as it arrives (server-sent events pass through). A replica that cannot be reached is marked not
+   ready and the request goes to another (twice at most), as long as nothing was answered yet.
 
 Every error under the gateway is ``{"error": "<message>"}`` (the V2 protocol's error form); every answer from a
 replica carries ``X-Aicenter-Revision: <number>`` (which revision served it). A caller that disconnects while
@@ -45,6 +46,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from aicenter.core.jobs.serving import SERVE_TOKEN_HEADER
 from aicenter.core.serving.routing import (
     REVISION_HEADER,
     Endpoint,
@@ -78,11 +80,13 @@ MAX_RETRIES = 2  # another replica after a connection failure, twice at most
 TOKEN_CACHE_SIZE = 10_000
 _PIN = REVISION_HEADER.encode("latin-1")
 REVISION_REPLY_HEADER = _PIN  # the answer says which revision served it
+_SERVE_TOKEN = SERVE_TOKEN_HEADER.encode("ascii")
 # Hop-by-hop headers (RFC 9110 7.6.1), what the client sets itself, and the caller's credentials.
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
                   b"transfer-encoding", b"upgrade"})  # fmt: skip
 _DROP_UP = _HOP | {b"host", b"content-length", b"expect", b"authorization", b"x-api-key", b"forwarded",
-                   b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-forwarded-prefix"}  # fmt: skip
+                   b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-forwarded-prefix",
+                   _SERVE_TOKEN}  # fmt: skip
 _DROP_DOWN = _HOP | {b"date", b"server"}  # the ASGI server sets its own
 
 
@@ -362,8 +366,9 @@ class ServingGateway:
             key = endpoint_key(endpoint)
             self._outstanding[key] = self._outstanding.get(key, 0) + 1
             self._meter.started(rid)
+            sent = [*headers, (_SERVE_TOKEN, endpoint.token.encode("ascii"))] if endpoint.token else headers
             try:
-                response = await self._pool.request(endpoint.host, endpoint.port, method, target, headers, body)
+                response = await self._pool.request(endpoint.host, endpoint.port, method, target, sent, body)
             except UpstreamError as exc:
                 self._done(key)
                 self._meter.abandoned(rid)

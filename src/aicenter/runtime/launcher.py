@@ -84,8 +84,9 @@ __all__ = ["SECRET_VARIABLES", "child_env", "create_time", "launcher_env", "main
 INHERITED_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Plan variables that are credentials: the launcher reads them and rewrites plan.json without them, so the
-# token lives on only in the replica's environment, not in a file at rest.
-SECRET_VARIABLES = ("AICENTER_TOKEN", "AICENTER_NOTEBOOK_TOKEN")
+# token lives on only in the replica's environment, not in a file at rest (a service replica's serve token also
+# in the sandbox's ``publish_token``, which the launcher's relay keeps in memory).
+SECRET_VARIABLES = ("AICENTER_TOKEN", "AICENTER_NOTEBOOK_TOKEN", "AICENTER_SERVE_TOKEN")
 MEMORY_SAMPLE_S = 0.5
 # A line longer than this without a newline (a progress bar redrawn with \r) is written out as it is, so one
 # endless line cannot hold the launcher's memory.
@@ -143,10 +144,14 @@ def launcher_env(environ: dict[str, str]) -> dict[str, str]:
 def _drop_secrets(plan_path: Path, data: dict[str, Any]) -> None:
     """Rewrite the plan without ``SECRET_VARIABLES`` once they are read (nothing reads the plan again)."""
     env = data.get("env") or {}
-    if any(k in env for k in SECRET_VARIABLES):
+    sandbox = data.get("sandbox") or {}
+    if any(k in env for k in SECRET_VARIABLES) or sandbox.get("publish_token"):
         kept = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
+        rewritten = {**data, "env": kept}
+        if sandbox:
+            rewritten["sandbox"] = {**sandbox, "publish_token": None}
         try:
-            write_json_atomic(plan_path, {**data, "env": kept}, fsync=False)
+            write_json_atomic(plan_path, rewritten, fsync=False)
         except OSError as exc:  # the plan stays 0600 in a 0700 directory; not worth failing the replica
             _log("WARNING", f"cannot rewrite {plan_path} without its token: {exc}")
 

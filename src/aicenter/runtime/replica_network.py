@@ -45,6 +45,8 @@ class ReplicaNetwork:
         self.serving = False
         self.ready = threading.Event()
         self.published = [(str(h), int(p)) for h, p in sandbox.get("published") or ()]
+        # A service replica's serve token: its published port's relay lets through only the platform's requests.
+        self.publish_token: str | None = sandbox.get("publish_token") or None
         self.publishers: list[Any] = []
 
     def start(self) -> None:
@@ -56,16 +58,20 @@ class ReplicaNetwork:
             threading.Thread(target=relay.serve, name="publish", daemon=True).start()
 
     def bind_published(self) -> str | None:
-        """Listen on each published ``(host, port)`` of the node, to be relayed into the namespace's 127.0.0.1;
-        why not, when a port is taken. Before the command starts: a port another process took since it was
-        allocated fails the launch, rather than leaving the platform to reach whoever holds it now."""
+        """Listen on each published ``(host, port)`` of the node, to be relayed into the namespace's 127.0.0.1
+        (only for requests with the serve token, when the sandbox has one); why not, when a port is taken.
+        Before the command starts: a port another process took since it was allocated fails the launch, rather
+        than leaving the platform to reach whoever holds it now."""
         if not self.published or not self.netns:
             return None
         from aicenter.runtime.relay import Relay, listen_on
 
         for host, port in self.published:
             try:
-                self.publishers.append(Relay(listen_on(host, port), ("127.0.0.1", port), upstream_netns=self.netns))
+                relay = Relay(
+                    listen_on(host, port), ("127.0.0.1", port), upstream_netns=self.netns, token=self.publish_token
+                )
+                self.publishers.append(relay)
             except OSError as exc:
                 return f"cannot publish port {port} on {host}: {exc}"
         return None

@@ -115,6 +115,8 @@ class SandboxSpec(NamedTuple):
         published: ``(host, port)`` pairs the launcher listens on in the node's network and relays into the
             namespace's 127.0.0.1 at the same port: a notebook's JupyterLab and SSH agent, reached by the
             platform's proxy and SSH gateway (``aicenter.runtime.replica_network``).
+        publish_token: A service replica's serve token: the relays of ``published`` let a connection through
+            only when its first request carries it; None for a notebook's ports (JupyterLab has its own token).
     """
 
     read_only: tuple[str, ...] = ()
@@ -129,6 +131,7 @@ class SandboxSpec(NamedTuple):
     netns: str | None = None
     api_upstream: tuple[str, int] | None = None
     published: tuple[tuple[str, int], ...] = ()
+    publish_token: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object for the launcher's plan."""
@@ -145,6 +148,7 @@ class SandboxSpec(NamedTuple):
             "netns": self.netns,
             "api_upstream": None if self.api_upstream is None else list(self.api_upstream),
             "published": [list(p) for p in self.published],
+            "publish_token": self.publish_token,
         }
 
     @classmethod
@@ -165,6 +169,7 @@ class SandboxSpec(NamedTuple):
             netns=None if netns is None else str(netns),
             api_upstream=None if not upstream else (str(upstream[0]), int(upstream[1])),
             published=tuple((str(h), int(p)) for h, p in data.get("published") or ()),
+            publish_token=str(data["publish_token"]) if data.get("publish_token") else None,
         )
 
 

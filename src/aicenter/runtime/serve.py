@@ -13,6 +13,11 @@ framework, nothing else. It does keep-alive, ``Content-Length`` and ``Transfer-E
 1: most frameworks parallelise inside one call), so health probes answer while a long batch runs; a model whose
 calls take under 1 ms runs on the event loop instead (``ModelServer._inline``).
 
+Every request must carry the replica's serve token (``AICENTER_SERVE_TOKEN``) in ``X-Aicenter-Serve-Token``,
+else it gets 401 and the connection closes: the port is published on the node, where more than the platform's
+gateway can reach it, and the gateway and the controller's probes send the token. Without the variable (the
+server run by hand) every request is served.
+
 SIGTERM: the listener closes, requests in flight finish (up to 30 s), idle keep-alive connections are closed,
 and the process exits 0.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import os
 import signal
@@ -43,10 +49,13 @@ INLINE_AFTER = 8  # calls measured in the pool before a fast model may run inlin
 INLINE_UNDER_S = float(os.environ.get("AICENTER_SERVE_INLINE_UNDER_S", "0.001"))
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 _HEAD_LIMIT = 64 * 1024
+# core.jobs.serving.SERVE_TOKEN_HEADER, spelled again: this module imports only the stdlib.
+TOKEN_HEADER = "x-aicenter-serve-token"  # noqa: S105 - a header's name, not a secret
 _REASONS = {
     100: b"Continue",
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
     411: b"Length Required",
@@ -59,6 +68,7 @@ _REASONS = {
 }
 _JSON = b"application/json"
 _BINARY = b"application/octet-stream"
+_UNAUTHORIZED = b'{"error":"this replica serves the platform only: the request has no valid serve token"}'
 
 
 def _log(message: str) -> None:
@@ -78,8 +88,9 @@ class _BadRequest(Exception):
 class ModelServer:
     """One model behind the V2 routes. ``handle`` is the whole application; the rest is HTTP plumbing."""
 
-    def __init__(self, config: dict[str, Any], model_dir: Path, workers: int) -> None:
+    def __init__(self, config: dict[str, Any], model_dir: Path, workers: int, token: str = "") -> None:
         self.config = config
+        self.token = token.encode("latin-1")
         self.model_dir = model_dir
         # The V2 model name is the service's: the job spec's ``serving`` section says ``service``, SERVING.md's
         # early draft said ``model_name``; either is read.
@@ -264,6 +275,9 @@ class ModelServer:
             name, sep, value = line.partition(b":")
             if sep:
                 headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        if self.token and not hmac.compare_digest(headers.get(TOKEN_HEADER, "").encode("latin-1"), self.token):
+            await self._unauthorized(headers, reader, writer)
+            return False
         connection = headers.get("connection", "").lower()
         keep = connection != "close" if version == b"HTTP/1.1" else connection == "keep-alive"
         try:
@@ -279,6 +293,18 @@ class ModelServer:
         if writer.transport.get_write_buffer_size() > 1 << 16:
             await writer.drain()
         return keep
+
+    @classmethod
+    async def _unauthorized(
+        cls, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """401, and the connection closes. A small body is read first (briefly): closing with unread bytes would
+        reset the connection, and the caller might never see why; a large one is not worth it."""
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) <= _HEAD_LIMIT:
+            with contextlib.suppress(asyncio.IncompleteReadError, TimeoutError):
+                await asyncio.wait_for(reader.readexactly(int(length)), 1.0)
+        writer.write(cls._response(401, _JSON, _UNAUTHORIZED, None, False))
 
     async def _body(self, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
         if headers.get("content-encoding", "identity").lower() != "identity":
@@ -394,7 +420,7 @@ def main() -> None:
         port = int(os.environ.get("AICENTER_SERVE_PORT") or os.environ.get("PORT") or "8080")
         model_dir = Path(os.environ.get("AICENTER_MODEL_DIR") or ".")
         workers = int(os.environ.get("AICENTER_SERVE_WORKERS") or config.get("workers") or 1)
-        server = ModelServer(config, model_dir, workers)
+        server = ModelServer(config, model_dir, workers, os.environ.get("AICENTER_SERVE_TOKEN", ""))
     except (ValueError, TypeError) as exc:
         _log(f"bad configuration: {exc}")
         sys.exit(2)

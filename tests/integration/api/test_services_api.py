@@ -17,8 +17,8 @@ from aicenter.controllers.serving import ServingController
 from aicenter.core.catalog import ItemKind
 from aicenter.core.jobs import JobStatus
 from aicenter.db.engine import Database
-from aicenter.db.models import Job, Service, ServiceReplica
-from aicenter.services import serving
+from aicenter.db.models import Job, Replica, Service, ServiceReplica
+from aicenter.services import jobs, serving
 from tests.integration.api.test_jobs_api import _logins
 from tests.integration.services.catalog_helpers import entries, make_store, new_item, new_version
 from tests.integration.services.jobs_helpers import move
@@ -202,15 +202,25 @@ async def test_deploy_canary_promote_rollback_stop_delete(
     assert (await client.post(f"{API}/{sid}/keys", json={"name": "x"}, headers=h["bob"])).status_code == 403
     listed = (await client.get(f"{API}/{sid}/keys", headers=h["bob"])).json()
     assert [(k["name"], "key" in k) for k in listed] == [("app", False)]
+    (serving_job,) = await _replica_jobs(db, sid, revision=2)
+    async with db.write() as session:  # its replica's port, as placement records it
+        row = await session.scalar(select(Replica).where(Replica.job_id == serving_job, Replica.attempt == 0))
+        assert row is not None
+        row.ports = [41234]
     async with db.read() as session:
-        table = await serving.load_route_table(session)
+        table = await serving.load_route_table(session, secret_key=settings.resolve_secret_key())
     route = table.get("alice", "iris")
     assert route is not None
     assert route.key_hashes == {serving.key_hash(key)}
     assert [(r.number, r.traffic) for r in route.revisions] == [(2, 100)]
+    # The endpoint carries the token its replica was planned with: the same key, job and attempt.
+    (endpoint,) = route.revisions[0].endpoints
+    assert (endpoint.replica_job_id, endpoint.port) == (serving_job, 41234)
+    assert endpoint.token == jobs.serve_token(settings.resolve_secret_key(), serving_job, 0)
+    assert endpoint.token != jobs.serve_token(settings.resolve_secret_key(), serving_job, 1)
     assert (await client.delete(f"{API}/{sid}/keys/{made.json()['id']}", headers=h["alice"])).status_code == 204
     async with db.read() as session:
-        route = (await serving.load_route_table(session)).get("alice", "iris")
+        route = (await serving.load_route_table(session, secret_key=settings.resolve_secret_key())).get("alice", "iris")
     assert route is not None
     assert route.key_hashes == frozenset()
 

@@ -37,17 +37,25 @@ INFER = "/serve/team/clf/v2/models/clf/infer"
 
 
 class Replica:
-    """A stand-in model server: readiness, an echo of what reached it, a server-sent event stream."""
+    """A stand-in model server: readiness, an echo of what reached it, a server-sent event stream; with a serve
+    token, 401 for any request (probes included) that does not carry it, as the model server does."""
 
-    def __init__(self, name: str, *, ready: bool = True, delay_s: float = 0.0) -> None:
+    def __init__(self, name: str, *, ready: bool = True, delay_s: float = 0.0, token: str = "") -> None:
         self.name = name
         self.ready = ready
         self.delay_s = delay_s
+        self.token = token
         self.served = 0
+        self.refused = 0
         self.proceed = asyncio.Event()  # the stream's second event waits for it
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            return
+        tokens = [v for k, v in scope["headers"] if k == b"x-aicenter-serve-token"]
+        if self.token and tokens != [self.token.encode()]:  # exactly once: a second (a caller's) is refused too
+            self.refused += 1
+            await _answer(send, 401, {"error": "no valid serve token"})
             return
         path = scope["path"]
         if path in ("/v2/health/ready", "/healthz"):
@@ -145,7 +153,7 @@ class World:
     async def replica(self, replica: Replica, job_id: int, **options: Any) -> Endpoint:
         served = await serve(replica, **options)
         self.servers.append(served)
-        return Endpoint(job_id, "127.0.0.1", served.port)
+        return Endpoint(job_id, "127.0.0.1", served.port, token=replica.token)
 
 
 def service(*revisions: RevisionRoute, **kw: Any) -> RouteTable:
@@ -204,6 +212,26 @@ async def test_the_path_is_rewritten_and_credentials_stay_behind(harness: Harnes
     assert seen["headers"]["x-forwarded-prefix"] == "/serve/team/clf"
     assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
     assert reply.headers["x-aicenter-revision"] == "1"
+
+
+async def test_each_replica_gets_its_own_serve_token_and_a_callers_is_dropped(harness: Harness) -> None:
+    """Probes and requests carry the endpoint's token (replicas answer nothing else); one a caller sends is not
+    passed on, whether it is a guess or the token itself."""
+    replicas = [Replica("a", token="token-of-11"), Replica("b", token="token-of-12")]
+    a = await harness.world.replica(replicas[0], 11)
+    b = await harness.world.replica(replicas[1], 12)
+    assert "token-of" not in repr(a)  # never in a log line
+    await harness.set_table(service(RevisionRoute(101, 1, 100, endpoints=(a, b))))
+    await harness.until_ready(11, 12)  # the readiness probes sent the tokens
+    seen: dict[str, list[str]] = {}
+    for forged in ("forged", "token-of-11", "token-of-12"):
+        for _ in range(8):
+            reply = await harness.client.post(INFER, content=b"{}", headers={"x-aicenter-serve-token": forged})
+            assert reply.status_code == 200, reply.text
+            answer = reply.json()
+            seen.setdefault(answer["replica"], []).append(answer["headers"]["x-aicenter-serve-token"])
+    assert {name: set(tokens) for name, tokens in seen.items()} == {"a": {"token-of-11"}, "b": {"token-of-12"}}
+    assert [r.refused for r in replicas] == [0, 0]
 
 
 async def test_unknown_stopped_and_foreign_paths(harness: Harness) -> None:

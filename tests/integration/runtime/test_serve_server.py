@@ -441,3 +441,31 @@ def test_the_server_runs_from_a_job_pythonpath_without_aicenter(start: Any, onnx
     with httpx.Client() as client:
         _wait_ready(client, server)
         assert client.post(server.infer_url(), json=body).json()["outputs"][0]["data"] == [3, 3, 3]
+
+
+def test_with_a_serve_token_every_request_without_it_gets_401(start: Any, onnx_dir: Path) -> None:
+    """As a replica runs it (``AICENTER_SERVE_TOKEN`` set): the platform's requests carry the token, nobody
+    else's do; liveness and readiness too, and the connection of a refused request is closed."""
+    token = "5e" * 32
+    server = start(onnx_dir, {"runtime": "onnx"}, AICENTER_SERVE_TOKEN=token)
+    body = {"inputs": [{"name": "X", "shape": [1, 3], "datatype": "FP32", "data": [1, 1, 1]}]}
+    with httpx.Client(headers={"X-Aicenter-Serve-Token": token}) as client:
+        _wait_ready(client, server)
+        assert client.post(server.infer_url(), json=body).json()["outputs"][0]["data"] == [3, 3, 3]
+    with httpx.Client() as client:
+        for headers in ({}, {"X-Aicenter-Serve-Token": "0" * 64}, {"X-Aicenter-Serve-Token": token + "0"}):
+            for answer in (
+                client.get(f"{server.url}/v2/health/live", headers=headers),
+                client.get(f"{server.url}/v2/health/ready", headers=headers),
+                client.post(server.infer_url(), json=body, headers=headers),
+            ):
+                assert answer.status_code == 401, answer.text
+                assert answer.headers["connection"] == "close"
+                assert "serve token" in answer.json()["error"]
+    # Keep-alive: each request is checked, not only a connection's first.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\nX-Aicenter-Serve-Token: %s\r\n\r\n" % token.encode())
+        assert _read_response(sock)[0].startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert _read_response(sock)[0].startswith(b"HTTP/1.1 401")
+        assert sock.recv(1) == b""

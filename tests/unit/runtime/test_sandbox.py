@@ -90,6 +90,8 @@ def test_the_spec_survives_the_launcher_plan(tmp_path: Path) -> None:
     assert SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     spec = spec._replace(netns="/run/netns/aicenter-x-job-1", api_upstream=("127.0.0.1", 8000))
     assert SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    spec = spec._replace(published=(("10.0.0.5", 41000),), publish_token="ab" * 32)  # a service replica's
+    assert SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_a_job_network_namespace_is_entered_before_bwrap_which_keeps_it(tmp_path: Path) -> None:

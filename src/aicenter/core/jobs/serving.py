@@ -19,6 +19,8 @@ __all__ = [
     "COMMAND_RUNTIME",
     "MODEL_SERVER_RUNTIMES",
     "SERVE_COMMAND",
+    "SERVE_TOKEN_ENV",
+    "SERVE_TOKEN_HEADER",
     "SERVICE_PRIORITY",
     "SERVICE_TASK",
     "V2_READY_PATH",
@@ -35,6 +37,13 @@ traffic must not wait behind a queue of training jobs."""
 MODEL_SERVER_RUNTIMES = ("onnx", "torchscript", "sklearn", "python")
 COMMAND_RUNTIME = "command"
 V2_READY_PATH = "/v2/health/ready"
+SERVE_TOKEN_HEADER = "x-aicenter-serve-token"  # noqa: S105 - a header's name, not a secret
+"""The request header that carries a replica's serve token: every request the platform sends a replica has it (the
+gateway's, its readiness probes, the controller's), and the model server and the launcher's published-port relay
+refuse a request without it. ``aicenter.runtime.serve`` and ``aicenter.runtime.relay`` (stdlib only) spell it
+again; ``tests/unit/runtime`` checks that they agree."""
+SERVE_TOKEN_ENV = "AICENTER_SERVE_TOKEN"  # noqa: S105 - a variable's name, not a secret
+"""The variable that gives a replica its serve token (a custom command should check the header against it)."""
 MAX_BODY_BYTES = 1024 * 1024 * 1024
 
 

@@ -53,12 +53,15 @@ class Endpoint:
         host: Where the replica's port is published (the node's address; 127.0.0.1 for the local executor).
         port: Its published port.
         draining: Being scaled down or replaced: no new request goes to it, the ones in flight finish.
+        token: Its serve token, sent with every request to it (``core.jobs.serving.SERVE_TOKEN_HEADER``): its port
+            answers nothing else. "" for none. Kept out of ``repr`` (logs).
     """
 
     replica_job_id: int
     host: str
     port: int
     draining: bool = False
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,7 +185,7 @@ def isolate_network(
         api_server: The server's own listening address for the relay, or None to relay to ``AICENTER_API_URL``.
 
     Returns:
-        The spec with ``netns``, ``api_upstream`` and ``published`` set, the variables that change
+        The spec with ``netns``, ``api_upstream``, ``published`` and ``publish_token`` set, the variables that change
         (``AICENTER_API_URL`` now names the relay inside the namespace; a notebook binds 127.0.0.1 there, its
         ports published by the launcher), and the held namespace, whose fds go to the launcher and are then
         closed here.
@@ -207,4 +207,5 @@ def isolate_network(
         # A notebook's and a service replica's servers listen on the namespace's own loopback: the launcher
         # relays the node's published ports there.
         env["AICENTER_NOTEBOOK_BIND"] = env["AICENTER_SERVE_BIND"] = "127.0.0.1"
-    return spec._replace(netns=held.path, api_upstream=upstream, published=published), env, held
+    token = plan.publish_token or None  # a service replica's: its relays check it (``aicenter.runtime.relay``)
+    return spec._replace(netns=held.path, api_upstream=upstream, published=published, publish_token=token), env, held

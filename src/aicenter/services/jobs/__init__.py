@@ -79,7 +79,7 @@ from aicenter.services.jobs._scheduling import (
     place_job,
     set_pending_reasons,
 )
-from aicenter.services.jobs._service_plan import SERVICE_PORTS
+from aicenter.services.jobs._service_plan import SERVICE_PORTS, serve_token, service_plan
 from aicenter.services.jobs._submit import Amounts, load_spec, resolve_workspace, resubmit_job, submit_job
 from aicenter.services.jobs._templates import (
     create_template,
@@ -174,6 +174,8 @@ __all__ = [
     "resolve_workspace",
     "resubmit_job",
     "running_replicas",
+    "serve_token",
+    "service_plan",
     "set_pending_reasons",
     "stop_job",
     "submit_job",

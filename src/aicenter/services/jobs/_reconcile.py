@@ -41,6 +41,7 @@ from aicenter.services.jobs._lifecycle import transition, transition_many
 from aicenter.services.jobs._notebook_plan import notebook_token
 from aicenter.services.jobs._replicas import change_replica
 from aicenter.services.jobs._runtime import PlannedReplica, build_plans, job_dirs, replica_host
+from aicenter.services.jobs._service_plan import serve_token
 from aicenter.services.jobs._tokens import issue_job_token
 
 log = logging.getLogger(__name__)
@@ -439,7 +440,8 @@ def replica_plans(
     Every replica of the attempt takes part in the layout (ranks, the master's address), so a relaunch of one
     replica gets the same plan as the first launch: that is what lets it adopt a running process.
 
-    ``secret_key`` derives a notebook's JupyterLab token (``notebook_token``).
+    ``secret_key`` derives a notebook's JupyterLab token (``notebook_token``) and a service replica's serve token
+    (``serve_token``).
     """
     info = state.info
     replicas = sorted(state.replicas.values(), key=lambda r: (r.task, r.index))
@@ -473,6 +475,7 @@ def replica_plans(
         token=token,
         workspace_id=info.workspace_id,
         notebook_token=notebook_token(secret_key, info.id, replicas[0].attempt) if replicas and secret_key else "",
+        serve_token=serve_token(secret_key, info.id, replicas[0].attempt) if replicas and secret_key else "",
         publish_host=publish_host(info.nodes.get(replicas[0].node) if replicas else None),
     )
     by_key = {(p.task, p.replica): p for p in plans}

@@ -326,6 +326,7 @@ def build_plans(
     token: str = "",
     workspace_id: int | None = None,
     notebook_token: str = "",
+    serve_token: str = "",
     publish_host: str = "127.0.0.1",
 ) -> list[ReplicaPlan]:
     """The plan of every replica, in rank order (tasks in spec order, then index). Pure: the same rows give the
@@ -335,7 +336,8 @@ def build_plans(
     a job cannot override ``AICENTER_*``, ``RANK``, ``MASTER_PORT`` and the like.
 
     A notebook's plan runs the platform's JupyterLab in its writable work dir (``_notebook_plan``), with
-    ``notebook_token`` and its ports published on ``publish_host``.
+    ``notebook_token`` and its ports published on ``publish_host``; a service replica's checks ``serve_token``
+    on every request (``_service_plan``).
 
     A job whose Python is not the server's (a venv image) gets the job-side helpers (``aicenter.runtime``) at
     the end of its ``PYTHONPATH`` (see ``aicenter.runtime.jobpath``; ``materialize`` writes them); the server's
@@ -397,7 +399,9 @@ def build_plans(
         if spec.kind is JobKind.SERVICE:
             assert spec.serving is not None  # the spec's rules
             serving = spec.serving.model_dump(mode="json", exclude_none=True)
-            plan = service_plan(plan, ports=replica.ports, publish_host=publish_host, serving=serving)
+            plan = service_plan(
+                plan, ports=replica.ports, publish_host=publish_host, serving=serving, token=serve_token
+            )
         plans.append(plan)
     return plans
 

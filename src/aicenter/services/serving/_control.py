@@ -39,10 +39,12 @@ _ACTOR = Actor.system("serving")
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """A running replica not yet seen ready: where the controller asks whether it is."""
+    """A running replica not yet seen ready: where the controller asks whether it is, with its serve token (sent in
+    ``core.jobs.serving.SERVE_TOKEN_HEADER``; "" for none)."""
 
     job_id: int
     url: str
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +72,10 @@ def _policy(spec: dict[str, object]) -> ScalePolicy:
 
 
 async def load_controls(
-    session: AsyncSession, *, now: datetime, clock: float, window_s: float = 60.0
+    session: AsyncSession, *, now: datetime, clock: float, secret_key: str, window_s: float = 60.0
 ) -> list[ServiceControl]:
-    """Every service with a live revision (stopped ones too: their replicas must go)."""
+    """Every service with a live revision (stopped ones too: their replicas must go). ``secret_key`` derives the
+    probes' serve tokens (``jobs.serve_token``)."""
     revisions: dict[int, list[ServiceRevision]] = defaultdict(list)
     # Live revisions, and retired or failed ones that still have replicas to drain, stop or unlink.
     linked = select(ServiceReplica.revision_id)
@@ -85,7 +88,9 @@ async def load_controls(
     rev_ids = [r.id for revs in revisions.values() for r in revs]
     links = (
         await session.execute(
-            select(ServiceReplica, Job.status, Job.message, Replica.ports, Node.address, Node.executor)
+            select(
+                ServiceReplica, Job.status, Job.message, Job.restart_count, Replica.ports, Node.address, Node.executor
+            )
             .join(Job, Job.id == ServiceReplica.job_id)
             .outerjoin(Replica, (Replica.job_id == Job.id) & (Replica.attempt == Job.restart_count))
             .outerjoin(Node, Node.id == Replica.node_id)
@@ -96,7 +101,7 @@ async def load_controls(
     replicas: dict[int, list[ReplicaSnapshot]] = defaultdict(list)
     probes: dict[int, list[Probe]] = defaultdict(list)
     paths = {r.id: _ready_path(r) for revs in revisions.values() for r in revs}
-    for link, status, message, ports, address, executor in links:
+    for link, status, message, attempt, ports, address, executor in links:
         active = status not in finished
         replicas[link.revision_id].append(
             ReplicaSnapshot(
@@ -110,8 +115,9 @@ async def load_controls(
         )
         if status == JobStatus.RUNNING.value and link.ready_at is None and link.draining_since is None and ports:
             host = jobs.publish_host(jobs.NodeRef(address or "", executor or "local") if executor else None)
+            token = jobs.serve_token(secret_key, link.job_id, attempt) if secret_key else ""
             probes[link.service_id].append(
-                Probe(link.job_id, f"http://{host}:{int(ports[-1])}{paths[link.revision_id]}")
+                Probe(link.job_id, f"http://{host}:{int(ports[-1])}{paths[link.revision_id]}", token)
             )
     load: dict[int, list[ConcurrencySample]] = defaultdict(list)
     held: dict[int, int] = {}

@@ -47,8 +47,12 @@ LOAD_KEEP_S = 3600
 """Load reports older than this are pruned (the console charts the last hour; the autoscaler reads a minute)."""
 
 
-async def load_route_table(session: AsyncSession, *, version: int = 0) -> RouteTable:
-    """Every service that is not deleted, with its routable revisions and their running replicas."""
+async def load_route_table(session: AsyncSession, *, secret_key: str, version: int = 0) -> RouteTable:
+    """Every service that is not deleted, with its routable revisions and their running replicas.
+
+    ``secret_key`` (the server's) derives each replica's serve token (``jobs.serve_token``), which the gateway
+    sends it with every request: the same key planned the replica, so nothing is stored or read per request.
+    """
     services = (await session.scalars(select(Service))).all()
     if not services:
         return RouteTable({}, version)
@@ -64,18 +68,26 @@ async def load_route_table(session: AsyncSession, *, version: int = 0) -> RouteT
         keys[service_id].add(digest)
     endpoints: dict[int, list[Endpoint]] = defaultdict(list)
     rows = await session.execute(
-        select(ServiceReplica.revision_id, ServiceReplica.job_id, ServiceReplica.draining_since, Replica.ports, Node)
+        select(
+            ServiceReplica.revision_id,
+            ServiceReplica.job_id,
+            ServiceReplica.draining_since,
+            Replica.attempt,
+            Replica.ports,
+            Node,
+        )
         .join(Job, Job.id == ServiceReplica.job_id)
         .join(Replica, (Replica.job_id == Job.id) & (Replica.attempt == Job.restart_count))
         .outerjoin(Node, Node.id == Replica.node_id)
         .where(Job.status == JobStatus.RUNNING.value)
     )
-    for revision_id, job_id, draining_since, ports, node in rows.all():
+    for revision_id, job_id, draining_since, attempt, ports, node in rows.all():
         if not ports:
             continue
         ref = jobs.NodeRef(node.address or "", node.executor) if node is not None else None
+        token = jobs.serve_token(secret_key, job_id, attempt) if secret_key else ""
         endpoints[revision_id].append(
-            Endpoint(job_id, jobs.publish_host(ref), int(ports[-1]), draining=draining_since is not None)
+            Endpoint(job_id, jobs.publish_host(ref), int(ports[-1]), draining=draining_since is not None, token=token)
         )
     table = {}
     for s in services:
