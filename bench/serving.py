@@ -84,6 +84,8 @@ from serving_load import (  # noqa: E402
 from tests.support.waiting import free_port  # noqa: E402
 
 from aicenter.client import Client, Service  # noqa: E402
+from aicenter.core.jobs.serving import SERVE_TOKEN_HEADER  # noqa: E402
+from aicenter.services.jobs import serve_token  # noqa: E402
 
 T = TypeVar("T")
 ADMIN_PASSWORD = "bench-admin-Passw0rd"
@@ -234,17 +236,20 @@ def deploy(platform_: Platform, api: Client, tmp: Path) -> Deployed:
     gateway = Target("gateway", "127.0.0.1", platform_.port, f"{svc.url}/v2/models/{NAME}/infer", (("X-Api-Key", key),))
     _wait("the gateway answering", lambda: _answers(gateway))
     deployed = Deployed(svc.id, gateway, deploy_to_ready_s=round(time.perf_counter() - began, 2))
-    deployed.direct = _direct(api, deployed)
+    deployed.direct = _direct(api, deployed, platform_.home)
     return deployed
 
 
-def _direct(api: Client, deployed: Deployed) -> Target:
+def _direct(api: Client, deployed: Deployed, home: Path) -> Target:
     """The running replica's published port (the last of its ports, the gateway's own choice), on loopback: the
-    local executor publishes there (``services.jobs.publish_host``)."""
+    local executor publishes there (``services.jobs.publish_host``). The port answers only with the replica's serve
+    token, which the gateway derives from the server's key: the bench, holding the home, derives it the same way."""
     replica = next(r for r in _service(api, deployed).replicas if r.ready and not r.draining)
     job = api.get_job(replica.job_id)
-    port = job.replicas[-1].ports[-1]
-    return Target("direct", "127.0.0.1", port, f"/v2/models/{NAME}/infer")
+    record = job.replicas[-1]
+    token = serve_token((home / "secret_key").read_text().strip(), job.id, record.attempt)
+    headers = ((SERVE_TOKEN_HEADER, token),)
+    return Target("direct", "127.0.0.1", record.ports[-1], f"/v2/models/{NAME}/infer", headers)
 
 
 # ------------------------------------------------------------------------------------------------- sections
