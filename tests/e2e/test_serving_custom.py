@@ -263,7 +263,7 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
                                                                     "step_interval_s": 3}}  # fmt: skip
     with SteadyLoad(server.url, path, key, CHAT) as load:
         assert alice.patch(f"/api/v1/services/{sid}", json={"spec": steps}).status_code == 200
-        wait("steps rolled out", rolled_out)
+        wait("steps rolled out", rolled_out, show=lambda: (seen, alice.get(f"/api/v1/services/{sid}").json()))
         mark = len(load.served)
         wait("requests after the rollout", lambda: len(load.served) >= mark + 10, 30)
     assert load.failures == [], load.failures[:5]
