@@ -10,7 +10,8 @@ streaming server-sent events when asked. Through the gateway with a service key:
 - an update whose command never becomes ready fails with its reason (API and ``service get``) while the old
   revision answers every request of a steady load;
 - a 0 % canary bound to an A/B header value is reached by that header and by ``X-Aicenter-Revision`` only;
-- a steps rollout (50 %, then 100 %) under steady load fails no request and ends on the new revision.
+- a steps rollout (50 %, then 100 %) under steady load fails no request and ends on the new revision, while the
+  old one, bound to an A/B header value, still answers that value.
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
         now = traffic(alice, sid)
         if not seen or seen[-1] != now:
             seen.append(now)
-        return revision_replicas(alice, sid) == [("retired", 0), ("failed", 0), ("retired", 0), ("ready", 1)]
+        # Revision 1 stays, for its A/B header value only ("a"): it keeps its replica and takes no traffic.
+        return now == [0, 0, 0, 100] and revision_replicas(alice, sid)[3] == ("ready", 1)
 
     steps = {"model": "persona:2", "header_value": "b", "rollout": {"strategy": "steps", "step_percent": 50,
                                                                     "step_interval_s": 3}}  # fmt: skip
@@ -271,5 +273,7 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     assert seen[-1] == [0, 0, 0, 100], seen
     assert {"1", "4"} <= set(load.revisions), load.revisions
     assert set(load.served[mark + 2 :]) == {"4"}, load.served[mark:]  # (two requests may have been in flight)
+    assert traffic(alice, sid) == [0, 0, 0, 100]  # and it stayed there
     assert _chat(base, headers) == ("4", "beta")
+    assert _chat(base, {**headers, "X-Variant": "a"}) == ("1", "alpha")
     print(json.dumps({"custom_command_ready_s": round(ready_s, 3)}))

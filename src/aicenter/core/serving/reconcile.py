@@ -191,10 +191,15 @@ def _move_traffic(
     if holder is not None:
         # One revision holds everything: the others that served are done.
         for rev in service.revisions:
-            # A revision routed to by its A/B header value stays; one still starting keeps its chance.
-            if rev.id != holder and not rev.header_value and states[rev.id] is RevisionState.READY:
+            if rev.id == holder or states[rev.id] is not RevisionState.READY:
+                continue  # one still starting keeps its chance
+            if not rev.header_value:
                 change = _change(decision, rev.id)
                 change.state, change.traffic, change.target_traffic = RevisionState.RETIRED, 0, 0
+            elif rev.target_traffic > 0:
+                # A revision routed to by its A/B header value stays, for its header only: left with its old
+                # target it would take the traffic back at the next tick, and the two would swap forever.
+                _change(decision, rev.id).target_traffic = 0
     return traffic
 
 
