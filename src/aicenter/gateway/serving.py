@@ -5,7 +5,8 @@ in front of FastAPI for paths under ``/serve/``. Per request, with nothing read 
 
 1. **Find** the service in the route table (``core.serving.routing``), which a background task reloads from the
    injected ``load_routes`` every ``refresh_s`` and at once on ``refresh_soon()`` (every 100 ms while requests
-   are held). Unknown: 404; stopped: 503.
+   are held); a request arriving while a ``refresh_soon()`` reload is pending waits for it (``refresh_s`` at most),
+   so a change made through this process routes the next request. Unknown: 404; stopped: 503.
 2. **Authenticate**: ``Authorization: Bearer <x>`` or ``X-Api-Key: <x>``; the sha256 of ``x`` among the
    service's key hashes passes; otherwise ``x`` is a user token, resolved by the injected ``resolve_token``
    (cached ``token_ttl_s``, refusals too, by the token's hash: no token is kept in memory) and its user must be

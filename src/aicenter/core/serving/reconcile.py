@@ -7,7 +7,8 @@ Per service, every tick:
    ``ready_timeout_s``. A failed revision takes no traffic, and the revision that served before keeps serving.
 2. **Traffic.** A ready revision moves toward its ``target_traffic``: at once (rollout ``all``, ``canary``) or by
    ``step_percent`` every ``step_interval_s`` (``steps``); the rest of the traffic stays with the stable revision.
-   When a revision holds all the traffic it becomes the stable one and the others are retired.
+   When a revision holds all the traffic it becomes the stable one and the others are retired (those with an A/B
+   header value stay, for their header only).
 3. **Replicas.** A ready revision with traffic (or a header that routes to it) is scaled by the autoscaler's
    decision (``autoscale.decide_scale``); a starting one runs its floor (at least one, to show it can become
    ready); a retired or failed one runs none, and a stopped service none at all.
