@@ -215,6 +215,7 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     # b. A command that never becomes ready: revision 2 fails with its reason, revision 1 answers throughout.
     with SteadyLoad(server.url, path, key, CHAT) as load:
         never = {"spec": {"env": {"NEVER_READY": "1"}, "ready_timeout_s": 5}}
+        update_started = time.monotonic()
         assert alice.patch(f"/api/v1/services/{sid}", json=never).status_code == 200
         failed = wait(
             "revision 2 failed",
@@ -223,12 +224,14 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
             ),
             60,
         )
+        failed_s = time.monotonic() - update_started
         wait("its replica stopped", lambda: revision_replicas(alice, sid) == [("ready", 1), ("failed", 0)], 60)
         mark = len(load.served)
         wait("requests after the failure", lambda: len(load.served) >= mark + 5, 30)
     assert (failed["number"], failed["message"]) == (2, "revision 2 failed: not ready after 5 s")
     assert load.failures == [], load.failures[:5]
     assert set(load.revisions) == {"1"}, load.revisions
+    during_failure = load.statuses.get(200, 0)
     shown = world["alice"].run("service", "get", "assist", "--workspace", "lab").stdout
     assert "failed" in shown
     assert "not ready after 5 s" in shown, shown
@@ -265,7 +268,9 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
                                                                     "step_interval_s": 3}}  # fmt: skip
     with SteadyLoad(server.url, path, key, CHAT) as load:
         assert alice.patch(f"/api/v1/services/{sid}", json={"spec": steps}).status_code == 200
+        steps_started = time.monotonic()
         wait("steps rolled out", rolled_out, show=lambda: (seen, alice.get(f"/api/v1/services/{sid}").json()))
+        steps_s = time.monotonic() - steps_started
         mark = len(load.served)
         wait("requests after the rollout", lambda: len(load.served) >= mark + 10, 30)
     assert load.failures == [], load.failures[:5]
@@ -276,4 +281,11 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     assert traffic(alice, sid) == [0, 0, 0, 100]  # and it stayed there
     assert _chat(base, headers) == ("4", "beta")
     assert _chat(base, {**headers, "X-Variant": "a"}) == ("1", "alpha")
-    print(json.dumps({"custom_command_ready_s": round(ready_s, 3)}))
+    figures = {
+        "custom_command_ready_s": round(ready_s, 3),
+        "never_ready_failed_after_s": round(failed_s, 1),  # ready_timeout_s 5, the controller ticks every 0.5 s
+        "requests_ok_during_failed_update": during_failure,
+        "steps_50_100_rolled_out_s": round(steps_s, 1),  # step_interval_s 3
+        "requests_ok_during_steps": load.statuses.get(200, 0),
+    }
+    print(json.dumps(figures))
