@@ -172,19 +172,11 @@ def _model_ref(value: str, option: str) -> str:
 
 
 # Options of a revision, shared by deploy and update (the names are the notebook and job CLIs' where they exist).
-RuntimeOpt = Annotated[
-    str | None, typer.Option(help="auto, onnx, torchscript, sklearn, python (--entry) or command (--command).")
-]
-EntryOpt = Annotated[
-    str | None, typer.Option(help="The python runtime's predictor class, file.py:Class (runtime python).")
-]
+RuntimeOpt = Annotated[str | None, typer.Option(help="auto, onnx, torchscript, sklearn, python or command.")]
+EntryOpt = Annotated[str | None, typer.Option(help="A predictor class, file.py:Class (runtime python).")]
 ImageOpt = Annotated[str | None, typer.Option(help="A catalog image version (default: host, the server's).")]
-AlgorithmOpt = Annotated[
-    str | None, typer.Option(help="Code (name:version) mounted read-only at $AICENTER_CODE_DIR: a predictor, a server.")
-]
-CommandOpt = Annotated[
-    str | None, typer.Option(help="A custom server command serving HTTP on $PORT (runtime command).")
-]
+AlgorithmOpt = Annotated[str | None, typer.Option(help="Code (name:version), read-only at $AICENTER_CODE_DIR.")]
+CommandOpt = Annotated[str | None, typer.Option(help="A custom server serving HTTP on $PORT (runtime command).")]
 ReadyPathOpt = Annotated[str | None, typer.Option(help="The custom server's readiness path, e.g. /health.")]
 PoolOpt = Annotated[str | None, typer.Option(help="The pool its replicas run in.")]
 ResourcesSpecOpt = Annotated[str | None, typer.Option(help="A resource spec name (`aicenter spec list`).")]
@@ -195,12 +187,8 @@ GpuTypeOpt = Annotated[str | None, typer.Option(help="Accelerator type (nvidia-a
 MinOpt = Annotated[int | None, typer.Option(min=0, max=100, help="0 allows scale to zero.")]
 MaxOpt = Annotated[int | None, typer.Option(min=1, max=100)]
 ConcurrencyOpt = Annotated[float | None, typer.Option(help="In-flight requests per replica the autoscaler aims at.")]
-ReadyTimeoutOpt = Annotated[
-    int | None, typer.Option(min=5, help="Seconds a new revision has to become ready before it fails.")
-]
-HeaderValueOpt = Annotated[
-    str | None, typer.Option(help="The value of the service's --ab-header that routes to this revision.")
-]
+ReadyTimeoutOpt = Annotated[int | None, typer.Option(min=5, help="Seconds to become ready before it fails.")]
+HeaderValueOpt = Annotated[str | None, typer.Option(help="The --ab-header value routing to this revision.")]
 EnvOpt = Annotated[list[str] | None, typer.Option(help="NAME=VALUE environment variable; repeatable.")]
 
 
