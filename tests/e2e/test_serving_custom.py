@@ -2,7 +2,8 @@
 
 alice's own OpenAI-compatible server (stdlib ``http.server``, shipped as algorithm version ``chat:1``) answers
 ``/v1/chat/completions`` with what its model version holds (``persona:1`` says "alpha", ``persona:2`` "beta"),
-streaming server-sent events when asked. Through the gateway with a service key:
+streaming server-sent events when asked. alice deploys, updates and rolls back with the CLI's options (no spec
+file); callers come through the gateway with a service key:
 
 - a streamed answer arrives as it is produced: the server holds its last chunk until the client, having read the
   first one, releases it by another request (a gateway that buffered would deliver nothing before the server's
@@ -173,28 +174,15 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     server: Server = world["server"]
     alice = user_http(world, "alice")
     deploy_started = time.monotonic()
-    deployed = alice.post(
-        "/api/v1/services",
-        json={
-            "spec": {
-                "name": "assist",
-                "workspace": "lab",
-                "model": "persona:1",
-                "runtime": "command",
-                "algorithm": "chat:1",
-                "command": "python -u server.py",
-                "ready_path": "/health",
-                "resources": {"cpu": "500m", "memory": "256Mi"},
-                "min_replicas": 1,
-                "max_replicas": 1,
-                "ab_header": "X-Variant",
-                "header_value": "a",
-            }
-        },
-    )
-    assert deployed.status_code == 201, deployed.text
-    sid, path = deployed.json()["id"], deployed.json()["url"]
-    assert (path, deployed.json()["runtime"]) == ("/serve/lab/assist", "command")
+    cli = world["alice"]
+    deployed = cli.json(
+        "service", "deploy", "persona:1", "--name", "assist", "--workspace", "lab",
+        "--algorithm", "chat:1", "--command", "python -u server.py", "--ready-path", "/health",
+        "--cpu", "500m", "--memory", "256Mi", "--min-replicas", "1", "--max-replicas", "1",
+        "--ab-header", "X-Variant", "--header-value", "a",
+    )  # fmt: skip
+    sid, path = deployed["id"], deployed["url"]
+    assert (path, deployed["runtime"], deployed["ab_header"]) == ("/serve/lab/assist", "command", "x-variant")
     wait("ready", lambda: alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready")
     ready_s = time.monotonic() - deploy_started
     key = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "app"}).json()["key"]
@@ -214,9 +202,8 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
 
     # b. A command that never becomes ready: revision 2 fails with its reason, revision 1 answers throughout.
     with SteadyLoad(server.url, path, key, CHAT) as load:
-        never = {"spec": {"env": {"NEVER_READY": "1"}, "ready_timeout_s": 5}}
         update_started = time.monotonic()
-        assert alice.patch(f"/api/v1/services/{sid}", json=never).status_code == 200
+        cli.run("service", "update", "assist", "-w", "lab", "--env", "NEVER_READY=1", "--ready-timeout", "5")
         failed = wait(
             "revision 2 failed",
             lambda: next(
@@ -232,14 +219,13 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     assert load.failures == [], load.failures[:5]
     assert set(load.revisions) == {"1"}, load.revisions
     during_failure = load.statuses.get(200, 0)
-    shown = world["alice"].run("service", "get", "assist", "--workspace", "lab").stdout
+    shown = cli.run("service", "get", "assist", "--workspace", "lab").stdout
     assert "failed" in shown
     assert "not ready after 5 s" in shown, shown
     assert alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready"
 
     # d. A/B by header: revision 3 (persona:2, header value "b") takes 0 % of the traffic, only what names it.
-    canary = {"model": "persona:2", "header_value": "b", "rollout": {"strategy": "canary", "canary_percent": 0}}
-    assert alice.patch(f"/api/v1/services/{sid}", json={"spec": canary}).status_code == 200
+    cli.run("service", "update", "assist", "persona:2", "-w", "lab", "--header-value", "b", "--canary", "0")
     wait("revision 3 ready", lambda: revision_replicas(alice, sid)[2] == ("ready", 1))
     assert traffic(alice, sid) == [100, 0, 0]
     assert _chat(base, headers) == ("1", "alpha")
@@ -249,7 +235,7 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
     assert _chat(base, {**headers, "X-Aicenter-Revision": "1"}) == ("1", "alpha")
     failed_pin = httpx.post(f"{base}/{CHAT[0]}", json=CHAT[1], headers={**headers, "X-Aicenter-Revision": "2"})
     assert failed_pin.status_code == 404, failed_pin.text  # a failed revision is not routed to
-    assert alice.post(f"/api/v1/services/{sid}/rollback").status_code == 200
+    cli.run("service", "rollback", "assist", "-w", "lab")
     gone = httpx.post(f"{base}/{CHAT[0]}", json=CHAT[1], headers={**headers, "X-Aicenter-Revision": "3"})
     assert gone.status_code == 404, gone.text  # the rollback is routed from the very next request
     assert _chat(base, {**headers, "X-Variant": "b"}) == ("1", "alpha")  # no revision holds "b" any more
@@ -264,10 +250,9 @@ def test_custom_command_streams_fails_safely_ab_header_and_steps(world: dict[str
         # Revision 1 stays, for its A/B header value only ("a"): it keeps its replica and takes no traffic.
         return now == [0, 0, 0, 100] and revision_replicas(alice, sid)[3] == ("ready", 1)
 
-    steps = {"model": "persona:2", "header_value": "b", "rollout": {"strategy": "steps", "step_percent": 50,
-                                                                    "step_interval_s": 3}}  # fmt: skip
     with SteadyLoad(server.url, path, key, CHAT) as load:
-        assert alice.patch(f"/api/v1/services/{sid}", json={"spec": steps}).status_code == 200
+        cli.run("service", "update", "assist", "persona:2", "-w", "lab", "--header-value", "b", "--steps", "50",
+                "--step-interval", "3")  # fmt: skip
         steps_started = time.monotonic()
         wait("steps rolled out", rolled_out, show=lambda: (seen, alice.get(f"/api/v1/services/{sid}").json()))
         steps_s = time.monotonic() - steps_started
