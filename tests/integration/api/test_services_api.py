@@ -238,6 +238,7 @@ async def test_steps_move_on_while_requests_flow(
     would never take its next step."""
     from datetime import timedelta
 
+    from aicenter.core.serving.reconcile import RevisionChange, ServiceDecision
     from aicenter.core.serving.routing import RevisionLoad
     from aicenter.db.models import ServiceRevision
 
@@ -268,5 +269,12 @@ async def test_steps_move_on_while_requests_flow(
             await serving.record_load(session, "gateway-1", load)
         assert [r.updated_at for r in await revisions()] == before
         assert all(r.last_request_at is not None for r in await revisions())
+    # The controller writes other things than traffic (replicas wanted, a message): the clock stays too.
+    second = (await revisions())[1]
+    wants = ServiceDecision(revisions={second.id: RevisionChange(desired=2, message="scaling up")})
+    async with db.write() as session:
+        await serving.apply_decision(session, sid, wants, now=second.updated_at + timedelta(seconds=60))
+    assert [(r.desired_replicas, r.message) for r in await revisions()][1] == (2, "scaling up")
+    assert [r.updated_at for r in await revisions()] == before
     await controller.run_once()
     assert [(r.state, r.traffic) for r in await revisions()] == [("retired", 0), ("ready", 100)]
