@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,10 +25,10 @@ import numpy as np
 import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
+from tests.e2e.serving_support import SteadyLoad, revision_replicas, traffic, user_http, wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-DEADLINE_S = 120.0
 PASSWORDS = {"alice": "alice-Passw0rd-1", "bob": "bob-Passw0rd-1", "carol": "carol-Passw0rd-1"}
 
 TRAIN = textwrap.dedent(
@@ -95,21 +94,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             server.stop()
 
 
-def _http(world: dict[str, Any], user: str) -> httpx.Client:
-    token = world["tokens"][user]
-    return httpx.Client(base_url=world["server"].url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-def _wait(what: str, check: Any, deadline_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)  # polling interval: the loop exits on what it reads
-    pytest.fail(f"{what}: not within {deadline_s} s")
-
-
 def _train(world: dict[str, Any], http: httpx.Client, version: int, slope: tuple[float, float], b: float) -> None:
     """Push the points as a dataset version and train: the output becomes model lin:<version>."""
     data = world["tmp"] / f"points-{version}"
@@ -126,7 +110,7 @@ def _train(world: dict[str, Any], http: httpx.Client, version: int, slope: tuple
     }
     job = http.post("/api/v1/jobs", json={"spec": spec})
     assert job.status_code == 201, job.text
-    done = _wait("training", lambda: (j := http.get(f"/api/v1/jobs/{job.json()['id']}").json())["finished_at"] and j)
+    done = wait("training", lambda: (j := http.get(f"/api/v1/jobs/{job.json()['id']}").json())["finished_at"] and j)
     assert (done["status"], done["output_model_version_id"] is not None) == ("succeeded", True), done
 
 
@@ -135,57 +119,9 @@ def _infer(base: str, path: str, headers: dict[str, str], x: list[list[float]]) 
     return httpx.post(f"{base}{path}/v2/models/lin/infer", json=body, headers=headers, timeout=60)
 
 
-def _traffic(http: httpx.Client, sid: int) -> list[int]:
-    return [r["traffic"] for r in http.get(f"/api/v1/services/{sid}").json()["revisions"]]
-
-
-def _revision_replicas(http: httpx.Client, sid: int) -> list[tuple[str, int]]:
-    """Each revision's state and its live replicas."""
-    svc = http.get(f"/api/v1/services/{sid}").json()
-    return [(r["state"], sum(1 for p in svc["replicas"] if p["revision"] == r["number"])) for r in svc["revisions"]]
-
-
-class SteadyLoad:
-    """Requests one after another from two threads until stopped; every answer's status and revision counted."""
-
-    def __init__(self, base: str, path: str, key: str) -> None:
-        self.base, self.path, self.key = base, path, key
-        self.statuses: dict[int, int] = {}
-        self.revisions: dict[str, int] = {}
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.base, headers={"X-Api-Key": self.key}, timeout=60) as client:
-            body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [0.5, 0.5]}]}
-            while not self._stop.is_set():
-                try:
-                    r = client.post(f"{self.path}/v2/models/lin/infer", json=body)
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                    continue
-                self.statuses[r.status_code] = self.statuses.get(r.status_code, 0) + 1
-                if r.status_code != 200:
-                    self.failures.append(f"{r.status_code} {r.text[:200]}")
-                revision = r.headers.get("x-aicenter-revision", "?")
-                self.revisions[revision] = self.revisions.get(revision, 0) + 1
-                time.sleep(0.02)
-
-    def __enter__(self) -> SteadyLoad:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=70)
-
-
 def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[str, Any]) -> None:
     server: Server = world["server"]
-    alice, bob, carol, admin = (_http(world, u) for u in ("alice", "bob", "carol", "admin"))
+    alice, bob, carol, admin = (user_http(world, u) for u in ("alice", "bob", "carol", "admin"))
     _train(world, alice, 1, (2.0, -1.0), 0.5)
 
     deployed = alice.post(
@@ -206,7 +142,7 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     assert deployed.status_code == 201, deployed.text
     sid, path = deployed.json()["id"], deployed.json()["url"]
     assert (path, deployed.json()["runtime"]) == ("/serve/vision/lin", "onnx")
-    _wait("ready", lambda: alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready")
+    wait("ready", lambda: alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready")
     key = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "app"}).json()["key"]
 
     # The standard V2 client, unchanged: JSON and binary tensors, through the platform's URL and a service key.
@@ -253,10 +189,10 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     assert httpx.get(f"{server.url}/serve/vision/nope/v2/health/ready", headers=headers).status_code == 404
     spare = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "spare"}).json()
     alice.delete(f"/api/v1/services/{sid}/keys/{spare['id']}")
-    _wait("revoked", lambda: _infer(server.url, path, {"X-Api-Key": spare["key"]}, [[0, 0]]).status_code == 403, 10)
+    wait("revoked", lambda: _infer(server.url, path, {"X-Api-Key": spare["key"]}, [[0, 0]]).status_code == 403, 10)
 
     # Idle: scale to zero; the next request is held while a replica starts, and answered.
-    _wait("scaled to zero", lambda: alice.get(f"/api/v1/services/{sid}").json()["replicas_total"] == 0, 60)
+    wait("scaled to zero", lambda: alice.get(f"/api/v1/services/{sid}").json()["replicas_total"] == 0, 60)
     started = time.monotonic()
     cold = _infer(server.url, path, headers, [[1, 1]])
     cold_s = time.monotonic() - started
@@ -268,12 +204,12 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     with SteadyLoad(server.url, path, key) as load:
         canary = {"spec": {"model": "lin:2", "rollout": {"strategy": "canary", "canary_percent": 10}}}
         assert alice.patch(f"/api/v1/services/{sid}", json=canary).status_code == 200
-        _wait("canary", lambda: _traffic(alice, sid) == [90, 10])
-        _wait("canary answers", lambda: load.revisions.get("2", 0) >= 3, 60)
+        wait("canary", lambda: traffic(alice, sid) == [90, 10])
+        wait("canary answers", lambda: load.revisions.get("2", 0) >= 3, 60)
         assert alice.post(f"/api/v1/services/{sid}/promote").status_code == 200
-        _wait(
+        wait(
             "old revision gone",
-            lambda: _revision_replicas(alice, sid) == [("retired", 0), ("ready", 1)],
+            lambda: revision_replicas(alice, sid) == [("retired", 0), ("ready", 1)],
             60,
         )
         time.sleep(1.0)  # requests after the switch
@@ -287,5 +223,5 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     assert carol.get(f"/api/v1/services/{sid}").status_code == 404
     stopped = admin.post(f"/api/v1/services/{sid}/stop").json()
     assert (stopped["status"], stopped["message"]) == ("stopped", "stopped by a platform admin")
-    _wait("503", lambda: _infer(server.url, path, headers, [[0, 0]]).status_code == 503, 10)
+    wait("503", lambda: _infer(server.url, path, headers, [[0, 0]]).status_code == 503, 10)
     del bob

@@ -171,53 +171,110 @@ def _model_ref(value: str, option: str) -> str:
 # -- commands --------------------------------------------------------------------------------------------------
 
 
+# Options of a revision, shared by deploy and update (the names are the notebook and job CLIs' where they exist).
+RuntimeOpt = Annotated[str | None, typer.Option(help="auto, onnx, torchscript, sklearn, python or command.")]
+EntryOpt = Annotated[str | None, typer.Option(help="A predictor class, file.py:Class (runtime python).")]
+ImageOpt = Annotated[str | None, typer.Option(help="A catalog image version (default: host, the server's).")]
+AlgorithmOpt = Annotated[str | None, typer.Option(help="Code (name:version), read-only at $AICENTER_CODE_DIR.")]
+CommandOpt = Annotated[str | None, typer.Option(help="A custom server serving HTTP on $PORT (runtime command).")]
+ReadyPathOpt = Annotated[str | None, typer.Option(help="The custom server's readiness path, e.g. /health.")]
+PoolOpt = Annotated[str | None, typer.Option(help="The pool its replicas run in.")]
+ResourcesSpecOpt = Annotated[str | None, typer.Option(help="A resource spec name (`aicenter spec list`).")]
+CpuOpt = Annotated[str | None, typer.Option(help="CPU cores per replica: 2, 500m.")]
+MemoryOpt = Annotated[str | None, typer.Option(help="Memory per replica: 4Gi.")]
+GpuOpt = Annotated[int | None, typer.Option(min=0, help="Whole accelerators per replica.")]
+GpuTypeOpt = Annotated[str | None, typer.Option(help="Accelerator type (nvidia-a100); default: any.")]
+MinOpt = Annotated[int | None, typer.Option(min=0, max=100, help="0 allows scale to zero.")]
+MaxOpt = Annotated[int | None, typer.Option(min=1, max=100)]
+ConcurrencyOpt = Annotated[float | None, typer.Option(help="In-flight requests per replica the autoscaler aims at.")]
+ReadyTimeoutOpt = Annotated[int | None, typer.Option(min=5, help="Seconds to become ready before it fails.")]
+HeaderValueOpt = Annotated[str | None, typer.Option(help="The --ab-header value routing to this revision.")]
+EnvOpt = Annotated[list[str] | None, typer.Option(help="NAME=VALUE environment variable; repeatable.")]
+
+
+def _revision_fields(data: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """Lay the revision options given over ``data`` (a --spec file's fields): resources as a whole, ``env``
+    merged, a ``--command`` without ``--runtime`` is runtime command and an ``--entry`` runtime python."""
+    env = options.pop("env")
+    resources_spec, cpu, memory, gpu, gpu_type = (
+        options.pop(k) for k in ("resources_spec", "cpu", "memory", "gpu", "gpu_type")
+    )
+    if options.get("target_concurrency") is not None and options["target_concurrency"] <= 0:
+        raise invalid("--target-concurrency", "must be above 0")
+    if None not in (options.get("min_replicas"), options.get("max_replicas")) and (
+        options["min_replicas"] > options["max_replicas"]
+    ):
+        raise invalid("--min-replicas", f"{options['min_replicas']} is above --max-replicas {options['max_replicas']}")
+    if options.get("ready_path") is not None and not options["ready_path"].startswith("/"):
+        raise invalid("--ready-path", f"a path starting with /, e.g. /health (got {options['ready_path']!r})")
+    for key, value in (("image", options.get("image")), ("algorithm", options.get("algorithm"))):
+        if value is not None and value != "host" and not value.startswith("#") and ":" not in value:
+            raise invalid(f"--{key}", f"expected NAME:VERSION (a catalog {key} and its version), got {value!r}")
+    data.update({k: v for k, v in options.items() if v is not None})
+    if options.get("command") is not None and options.get("runtime") is None:
+        data["runtime"] = "command"
+    elif options.get("entry") is not None and options.get("runtime") is None:
+        data["runtime"] = "python"
+    if resources_spec is not None:
+        if cpu or memory or gpu or gpu_type:
+            raise invalid("--resources-spec", "a resource spec names its own cpu/memory/gpu; give one or the other")
+        data["resources"] = {"spec": resources_spec}
+    elif cpu or memory or gpu or gpu_type:
+        if not (cpu and memory):
+            raise invalid("--cpu", "give both --cpu and --memory (or --resources-spec NAME)")
+        data["resources"] = {
+            "cpu": quantity(cpu),
+            "memory": quantity(memory),
+            **({"gpu": gpu} if gpu else {}),
+            **({"gpu_type": gpu_type} if gpu_type else {}),
+        }
+    if env:
+        data["env"] = {**(data.get("env") or {}), **pairs(env, "--env")}
+    return data
+
+
 @service_app.command("deploy", epilog="Example: aicenter service deploy iris:1 --name iris --cpu 1 --memory 1Gi")
 def deploy(
     model: Annotated[str | None, typer.Argument(metavar="MODEL:VERSION", help="The model version to serve.")] = None,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The service's name (its URL).")] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="A YAML/JSON service file (options override it).")] = None,
-    runtime: Annotated[str | None, typer.Option(help="auto, onnx, torchscript, sklearn, python or command.")] = None,
-    resources_spec: Annotated[str | None, typer.Option(help="A resource spec name (`aicenter spec list`).")] = None,
-    cpu: Annotated[str | None, typer.Option(help="CPU cores per replica: 2, 500m.")] = None,
-    memory: Annotated[str | None, typer.Option(help="Memory per replica: 4Gi.")] = None,
-    gpu: Annotated[int | None, typer.Option(min=0, help="Whole accelerators per replica.")] = None,
-    min_replicas: Annotated[int | None, typer.Option(min=0, help="0 allows scale to zero.")] = None,
-    max_replicas: Annotated[int | None, typer.Option(min=1)] = None,
-    target_concurrency: Annotated[float | None, typer.Option(help="In-flight requests per replica.")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE environment variable; repeatable.")] = None,
-    command: Annotated[str | None, typer.Option(help="A custom server command (serves HTTP on $PORT).")] = None,
-    ready_path: Annotated[str | None, typer.Option(help="The custom server's readiness path.")] = None,
+    runtime: RuntimeOpt = None,
+    entry: EntryOpt = None,
+    image: ImageOpt = None,
+    algorithm: AlgorithmOpt = None,
+    command: CommandOpt = None,
+    ready_path: ReadyPathOpt = None,
+    pool: PoolOpt = None,
+    resources_spec: ResourcesSpecOpt = None,
+    cpu: CpuOpt = None,
+    memory: MemoryOpt = None,
+    gpu: GpuOpt = None,
+    gpu_type: GpuTypeOpt = None,
+    min_replicas: MinOpt = None,
+    max_replicas: MaxOpt = None,
+    target_concurrency: ConcurrencyOpt = None,
+    ready_timeout: ReadyTimeoutOpt = None,
+    env: EnvOpt = None,
+    ab_header: Annotated[
+        str | None, typer.Option(help="A request header whose value picks a revision (its --header-value).")
+    ] = None,
+    header_value: HeaderValueOpt = None,
     description: Annotated[str | None, typer.Option(help="Free text.")] = None,
     workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Deploy a model version as a service: one replica starts at once and takes all traffic once ready."""
+    """Deploy a model version (or a custom server, --command) as a service: one replica starts at once and takes
+    all traffic once ready."""
     data = _load_spec(spec) if spec is not None else {}
     if model is not None:
         data["model"] = _model_ref(model, "MODEL:VERSION")
-    fields = {
-        "name": name,
-        "runtime": runtime,
-        "min_replicas": min_replicas,
-        "max_replicas": max_replicas,
-        "target_concurrency": target_concurrency,
-        "command": command,
-        "ready_path": ready_path,
-        "description": description,
-    }
-    data.update({k: v for k, v in fields.items() if v is not None})
-    if command is not None and runtime is None:
-        data["runtime"] = "command"
-    if resources_spec is not None:
-        if cpu or memory or gpu:
-            raise invalid("--resources-spec", "a resource spec names its own cpu/memory/gpu; give one or the other")
-        data["resources"] = {"spec": resources_spec}
-    elif cpu or memory or gpu:
-        if not (cpu and memory):
-            raise invalid("--cpu", "give both --cpu and --memory (or --resources-spec NAME)")
-        data["resources"] = {"cpu": quantity(cpu), "memory": quantity(memory), **({"gpu": gpu} if gpu else {})}
-    if env:
-        data["env"] = {**(data.get("env") or {}), **pairs(env, "--env")}
+    data.update({k: v for k, v in (("name", name), ("description", description), ("ab_header", ab_header)) if v})
+    _revision_fields(
+        data, runtime=runtime, entry=entry, image=image, algorithm=algorithm, command=command, ready_path=ready_path,
+        pool=pool, resources_spec=resources_spec, cpu=cpu, memory=memory, gpu=gpu, gpu_type=gpu_type,
+        min_replicas=min_replicas, max_replicas=max_replicas, target_concurrency=target_concurrency,
+        ready_timeout_s=ready_timeout, header_value=header_value, env=env,
+    )  # fmt: skip
     if not data.get("name"):
         raise invalid("--name", "give the service a name (or `name:` in --spec)")
     if not data.get("model") and data.get("runtime") != "command":
@@ -260,7 +317,24 @@ def update(
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, max=100, help="Move traffic by this percent per step.")] = None,
     step_interval: Annotated[int | None, typer.Option(min=1, max=3600, help="Seconds between steps.")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE environment variable; repeatable.")] = None,
+    runtime: RuntimeOpt = None,
+    entry: EntryOpt = None,
+    image: ImageOpt = None,
+    algorithm: AlgorithmOpt = None,
+    command: CommandOpt = None,
+    ready_path: ReadyPathOpt = None,
+    pool: PoolOpt = None,
+    resources_spec: ResourcesSpecOpt = None,
+    cpu: CpuOpt = None,
+    memory: MemoryOpt = None,
+    gpu: GpuOpt = None,
+    gpu_type: GpuTypeOpt = None,
+    min_replicas: MinOpt = None,
+    max_replicas: MaxOpt = None,
+    target_concurrency: ConcurrencyOpt = None,
+    ready_timeout: ReadyTimeoutOpt = None,
+    header_value: HeaderValueOpt = None,
+    env: EnvOpt = None,
     workspace: WorkspaceOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -269,8 +343,12 @@ def update(
     data = _load_spec(spec) if spec is not None else {}
     if model is not None:
         data["model"] = _model_ref(model, "MODEL:VERSION")
-    if env:
-        data["env"] = {**(data.get("env") or {}), **pairs(env, "--env")}
+    _revision_fields(
+        data, runtime=runtime, entry=entry, image=image, algorithm=algorithm, command=command, ready_path=ready_path,
+        pool=pool, resources_spec=resources_spec, cpu=cpu, memory=memory, gpu=gpu, gpu_type=gpu_type,
+        min_replicas=min_replicas, max_replicas=max_replicas, target_concurrency=target_concurrency,
+        ready_timeout_s=ready_timeout, header_value=header_value, env=env,
+    )  # fmt: skip
     if canary is not None and (steps is not None or step_interval is not None):
         raise invalid("--canary", "a canary holds its percent; --steps moves by steps: give one or the other")
     if step_interval is not None and steps is None:
@@ -282,7 +360,7 @@ def update(
         if step_interval is not None:
             data["rollout"]["step_interval_s"] = step_interval
     if not data:
-        raise invalid("MODEL:VERSION", "nothing to change: give a model version, --spec, --env or a rollout")
+        raise invalid("MODEL:VERSION", "nothing to change: give a model version, --spec, an option or a rollout")
     with client() as api:
         _show(api, api.update_service(_service_id(api, service, workspace), data), output)
 

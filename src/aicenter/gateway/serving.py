@@ -5,7 +5,8 @@ in front of FastAPI for paths under ``/serve/``. Per request, with nothing read 
 
 1. **Find** the service in the route table (``core.serving.routing``), which a background task reloads from the
    injected ``load_routes`` every ``refresh_s`` and at once on ``refresh_soon()`` (every 100 ms while requests
-   are held). Unknown: 404; stopped: 503.
+   are held); a request arriving while a ``refresh_soon()`` reload is pending waits for it (``refresh_s`` at most),
+   so a change made through this process routes the next request. Unknown: 404; stopped: 503.
 2. **Authenticate**: ``Authorization: Bearer <x>`` or ``X-Api-Key: <x>``; the sha256 of ``x`` among the
    service's key hashes passes; otherwise ``x`` is a user token, resolved by the injected ``resolve_token``
    (cached ``token_ttl_s``, refusals too, by the token's hash: no token is kept in memory) and its user must be
@@ -151,6 +152,11 @@ class ServingGateway:
         self._tokens: dict[str, tuple[float, TokenInfo | None]] = {}
         self._refresh = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
+        # Reloads asked for (``refresh_soon``) and loaded: a request that arrives while one is pending waits for
+        # it, so the answer to a change made through this process (a deploy, a stop) holds for the next request.
+        self._asked = 0
+        self._loaded = 0
+        self._swapped = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -170,8 +176,20 @@ class ServingGateway:
         await self._pool.close()
 
     def refresh_soon(self) -> None:
-        """Reload the table now (the control plane changed a service or a replica in this process)."""
+        """Reload the table now (the control plane changed a service or a replica in this process); requests
+        that arrive meanwhile wait for it (at most ``refresh_s``)."""
+        self._asked += 1
         self._refresh.set()
+
+    async def _caught_up(self) -> None:
+        """Wait for the reloads asked so far (bounded: a failing reload must not hold requests)."""
+        if self._loaded >= self._asked or self._refresher is None:
+            return
+        deadline = time.monotonic() + max(self.refresh_s, 0.1)
+        while self._loaded < self._asked and (left := deadline - time.monotonic()) > 0:
+            self._swapped.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._swapped.wait(), left)
 
     def _on_hold(self) -> None:
         self._refresh.set()
@@ -183,10 +201,13 @@ class ServingGateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._refresh.wait(), wait)
             self._refresh.clear()
+            asked = self._asked
             try:
                 self._swap(await self._load_routes())
             except Exception:
                 log.exception("serving gateway: could not load the route table; keeping the last one")
+            self._loaded = asked  # failed too: the waiting requests go on with the last table
+            self._swapped.set()
 
     def _swap(self, table: RouteTable) -> None:
         self.table = table
@@ -231,6 +252,7 @@ class ServingGateway:
         revision: RevisionRoute | None = None
         try:
             workspace, name, rest = _split(scope)
+            await self._caught_up()
             service = self.table.get(workspace, name)
             if service is None:
                 raise _Refusal(404, f"no service {name!r} in workspace {workspace!r}")

@@ -238,3 +238,53 @@ async def test_deploy_canary_promote_rollback_stop_delete(
     assert (await client.delete(f"{API}/{sid}", headers=h["alice"])).status_code == 204
     assert (await client.get(f"{API}/{sid}", headers=h["alice"])).status_code == 404
     assert await _counts(db) == (0, 3)  # the replica jobs stay, with their machine time
+
+
+async def test_steps_move_on_while_requests_flow(
+    db: Database, client: httpx.AsyncClient, settings: Settings, tmp_path: Path
+) -> None:
+    """The steps rollout's clock is when the traffic last moved: the gateways' load reports (every second while
+    requests flow) and the controller's other writes to the revision must not restart it, or a rollout under load
+    would never take its next step."""
+    from datetime import timedelta
+
+    from aicenter.core.serving.reconcile import RevisionChange, ServiceDecision
+    from aicenter.core.serving.routing import RevisionLoad
+    from aicenter.db.models import ServiceRevision
+
+    w, h = await _logins(db, client, tmp_path)
+    await _models(db, tmp_path, w)
+    sid = (await client.post(API, json=_deploy(), headers=h["alice"])).json()["id"]
+    controller = ServingController(db, settings)
+    await _serve(db, await _replica_jobs(db, sid))
+    await controller.run_once()
+    steps = {"spec": {"model": "iris:2", "rollout": {"strategy": "steps", "step_percent": 50, "step_interval_s": 5}}}
+    assert (await client.patch(f"{API}/{sid}", json=steps, headers=h["alice"])).status_code == 200
+    await _serve(db, await _replica_jobs(db, sid, revision=2))
+    await controller.run_once()
+
+    async def revisions() -> list[ServiceRevision]:
+        async with db.read() as session:
+            stmt = select(ServiceRevision).where(ServiceRevision.service_id == sid).order_by(ServiceRevision.number)
+            return list((await session.scalars(stmt)).all())
+
+    assert [r.traffic for r in await revisions()] == [50, 50]
+    async with db.write() as session:  # the step was taken a while ago (longer than its interval)
+        for rev in (await session.scalars(select(ServiceRevision).where(ServiceRevision.service_id == sid))).all():
+            rev.updated_at = rev.updated_at - timedelta(seconds=60)
+    before = [r.updated_at for r in await revisions()]
+    for _ in range(2):  # requests flow: a gateway reports every second
+        load = {r.id: RevisionLoad(r.id, 1.0, 1.0, 1, 5, 0, 0) for r in await revisions()}
+        async with db.write() as session:
+            await serving.record_load(session, "gateway-1", load)
+        assert [r.updated_at for r in await revisions()] == before
+        assert all(r.last_request_at is not None for r in await revisions())
+    # The controller writes other things than traffic (replicas wanted, a message): the clock stays too.
+    second = (await revisions())[1]
+    wants = ServiceDecision(revisions={second.id: RevisionChange(desired=2, message="scaling up")})
+    async with db.write() as session:
+        await serving.apply_decision(session, sid, wants, now=second.updated_at + timedelta(seconds=60))
+    assert [(r.desired_replicas, r.message) for r in await revisions()][1] == (2, "scaling up")
+    assert [r.updated_at for r in await revisions()] == before
+    await controller.run_once()
+    assert [(r.state, r.traffic) for r in await revisions()] == [("retired", 0), ("ready", 100)]

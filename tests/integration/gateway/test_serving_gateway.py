@@ -132,8 +132,11 @@ class World:
     on_activate: Callable[[int], Any] | None = None
     activated: asyncio.Event = field(default_factory=asyncio.Event)
     servers: list[Served] = field(default_factory=list)
+    load_delay_s: float = 0.0  # a slow database read
 
     async def load_routes(self) -> RouteTable:
+        if self.load_delay_s:
+            await asyncio.sleep(self.load_delay_s)
         return self.table
 
     async def resolve_token(self, token: str) -> TokenInfo | None:
@@ -246,6 +249,21 @@ async def test_unknown_stopped_and_foreign_paths(harness: Harness) -> None:
     stopped = await harness.client.post(INFER, content=b"{}")
     assert stopped.status_code == 503
     assert "stopped" in stopped.json()["error"]
+
+
+async def test_a_request_after_refresh_soon_sees_the_new_table(harness: Harness) -> None:
+    """A change made through this process (a deploy, a stop) asks for a reload: the next request waits for it
+    instead of meeting the table of up to ``refresh_s`` ago (a slow reload makes the race certain here)."""
+    a = await harness.world.replica(Replica("a"), 11)
+    await harness.set_table(RouteTable())
+    assert (await harness.client.post(INFER, content=b"{}")).status_code == 404
+    harness.world.load_delay_s = 0.1  # under refresh_s (0.2), the longest a request waits for a reload
+    harness.world.table = table = service(RevisionRoute(101, 1, 100, endpoints=(a,)))
+    harness.gateway.refresh_soon()
+    reply = await harness.client.post(INFER, content=b"{}")
+    assert harness.gateway.table is table
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["replica"] == "a"
 
 
 async def test_traffic_split_pinning_and_ab_header(harness: Harness) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
@@ -31,13 +31,6 @@ from aicenter.core.serving.apidoc import build_api_doc
 from aicenter.services import serving
 
 router = APIRouter(prefix="/api/v1/services", tags=["services"], responses=ERROR_RESPONSES)
-
-
-def _refresh(request: Request) -> None:
-    """This process's gateway reloads its routes now (the others within their refresh, about a second)."""
-    gateway = getattr(request.app.state, "serving_gateway", None)
-    if gateway is not None:
-        gateway.refresh_soon()
 
 
 async def _one(actor: CurrentActor, session: ReadSession | WriteSession, service_id: int) -> ServiceDetail:
@@ -78,42 +71,32 @@ async def get_service(service_id: Id, actor: CurrentActor, session: ReadSession)
 
 @router.patch("/{service_id}", openapi_extra=access(Access.USER))
 async def update_service(
-    service_id: Id, body: ServiceUpdate, request: Request, actor: CurrentActor, session: WriteSession
+    service_id: Id, body: ServiceUpdate, actor: CurrentActor, session: WriteSession
 ) -> ServiceDetail:
     """Deploy a new revision (the current one's spec with these changes); traffic moves to it once it is ready,
     all at once, by steps, or held at a canary percentage until promoted or rolled back."""
     await serving.update_service(session, actor, service_id, body.spec)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
 @router.put("/{service_id}/traffic", openapi_extra=access(Access.USER))
-async def set_traffic(
-    service_id: Id, body: TrafficIn, request: Request, actor: CurrentActor, session: WriteSession
-) -> ServiceDetail:
+async def set_traffic(service_id: Id, body: TrafficIn, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
     """Split traffic between ready revisions by percentage (summing to 100)."""
     await serving.set_traffic(session, actor, service_id, body.traffic)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
 @router.post("/{service_id}/promote", openapi_extra=access(Access.USER))
-async def promote_service(
-    service_id: Id, request: Request, actor: CurrentActor, session: WriteSession
-) -> ServiceDetail:
+async def promote_service(service_id: Id, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
     """Send all traffic to the revision rolling out (a canary); the old revision drains and stops."""
     await serving.promote_service(session, actor, service_id)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
 @router.post("/{service_id}/rollback", openapi_extra=access(Access.USER))
-async def rollback_service(
-    service_id: Id, request: Request, actor: CurrentActor, session: WriteSession
-) -> ServiceDetail:
+async def rollback_service(service_id: Id, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
     """Retire the revision rolling out: all traffic returns to the stable revision at once."""
     await serving.rollback_service(session, actor, service_id)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
@@ -132,27 +115,24 @@ async def scale_service(service_id: Id, body: ScaleIn, actor: CurrentActor, sess
 
 
 @router.post("/{service_id}/stop", openapi_extra=access(Access.USER))
-async def stop_service(service_id: Id, request: Request, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
+async def stop_service(service_id: Id, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
     """Stop it (its owner, a workspace admin; platform admins force-stop): replicas drain and stop, requests get
     503 until it is started again."""
     await serving.stop_service(session, actor, service_id)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
 @router.post("/{service_id}/start", openapi_extra=access(Access.USER))
-async def start_service(service_id: Id, request: Request, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
+async def start_service(service_id: Id, actor: CurrentActor, session: WriteSession) -> ServiceDetail:
     """Start a stopped service again."""
     await serving.start_service(session, actor, service_id)
-    _refresh(request)
     return await _one(actor, session, service_id)
 
 
 @router.delete("/{service_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
-async def delete_service(service_id: Id, request: Request, actor: CurrentActor, session: WriteSession) -> Response:
+async def delete_service(service_id: Id, actor: CurrentActor, session: WriteSession) -> Response:
     """Delete a stopped service (its replica jobs stay, with their machine time)."""
     await serving.delete_service(session, actor, service_id)
-    _refresh(request)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -163,22 +143,16 @@ async def list_keys(service_id: Id, actor: CurrentActor, session: ReadSession) -
 
 
 @router.post("/{service_id}/keys", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.USER))
-async def create_key(
-    service_id: Id, body: KeyIn, request: Request, actor: CurrentActor, session: WriteSession
-) -> CreatedKeyOut:
+async def create_key(service_id: Id, body: KeyIn, actor: CurrentActor, session: WriteSession) -> CreatedKeyOut:
     """A new API key (send it as `Authorization: Bearer <key>` or `X-Api-Key`); shown this once."""
     created = await serving.create_key(session, actor, service_id, body.name)
-    _refresh(request)
     return CreatedKeyOut.from_created(created)
 
 
 @router.delete("/{service_id}/keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=access(Access.USER))
-async def revoke_key(
-    service_id: Id, key_id: Id, request: Request, actor: CurrentActor, session: WriteSession
-) -> Response:
+async def revoke_key(service_id: Id, key_id: Id, actor: CurrentActor, session: WriteSession) -> Response:
     """Revoke a key: calls with it are refused within a second."""
     await serving.revoke_key(session, actor, service_id, key_id)
-    _refresh(request)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -7,7 +7,8 @@ Per service, every tick:
    ``ready_timeout_s``. A failed revision takes no traffic, and the revision that served before keeps serving.
 2. **Traffic.** A ready revision moves toward its ``target_traffic``: at once (rollout ``all``, ``canary``) or by
    ``step_percent`` every ``step_interval_s`` (``steps``); the rest of the traffic stays with the stable revision.
-   When a revision holds all the traffic it becomes the stable one and the others are retired.
+   When a revision holds all the traffic it becomes the stable one and the others are retired (those with an A/B
+   header value stay, for their header only).
 3. **Replicas.** A ready revision with traffic (or a header that routes to it) is scaled by the autoscaler's
    decision (``autoscale.decide_scale``); a starting one runs its floor (at least one, to show it can become
    ready); a retired or failed one runs none, and a stopped service none at all.
@@ -191,10 +192,15 @@ def _move_traffic(
     if holder is not None:
         # One revision holds everything: the others that served are done.
         for rev in service.revisions:
-            # A revision routed to by its A/B header value stays; one still starting keeps its chance.
-            if rev.id != holder and not rev.header_value and states[rev.id] is RevisionState.READY:
+            if rev.id == holder or states[rev.id] is not RevisionState.READY:
+                continue  # one still starting keeps its chance
+            if not rev.header_value:
                 change = _change(decision, rev.id)
                 change.state, change.traffic, change.target_traffic = RevisionState.RETIRED, 0, 0
+            elif rev.target_traffic > 0:
+                # A revision routed to by its A/B header value stays, for its header only: left with its old
+                # target it would take the traffic back at the next tick, and the two would swap forever.
+                _change(decision, rev.id).target_traffic = 0
     return traffic
 
 

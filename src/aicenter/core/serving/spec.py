@@ -141,6 +141,19 @@ class RevisionSpec(SpecModel):
             fail(f"{value!r} is not a runtime; use one of {', '.join(known)}")
         return str(value)
 
+    @field_validator("ready_path", mode="before")
+    @classmethod
+    def _ready_path(cls, value: Any) -> Any:
+        # Checked here, not only by the replica's job spec: the error then names ready_path, not serving.ready_path.
+        if value is not None and (
+            not isinstance(value, str)
+            or not value.startswith("/")
+            or len(value) > 512
+            or any(c in value for c in " \r\n")
+        ):
+            fail(f"must be a path starting with / (got {value!r})")
+        return value
+
     @model_validator(mode="after")
     def _rules(self) -> RevisionSpec:
         if self.min_replicas > self.max_replicas:
@@ -213,9 +226,13 @@ def parse_deploy_spec(source: str | Mapping[str, Any]) -> DeploySpec:
 
 def parse_revision_spec(source: str | Mapping[str, Any], base: Mapping[str, Any] | None = None) -> RevisionSpec:
     """Parse a new revision: ``base`` (the current revision's spec) overlaid with what the request changes."""
-    data = {**(base or {}), **_load(source, "a revision")}
-    if "command" in data and data.get("runtime") != COMMAND_RUNTIME and "runtime" not in _load(source, "a revision"):
-        data.pop("command", None)
+    given = _load(source, "a revision")
+    data = {**(base or {}), **given}
+    if data.get("runtime") != COMMAND_RUNTIME:
+        # Leaving a custom command for the model server: the old command and readiness path are not carried over.
+        for key in ("command", "ready_path"):
+            if key not in given:
+                data.pop(key, None)
     try:
         return RevisionSpec.model_validate(data)
     except ValidationError as exc:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import flag_modified
 
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError
@@ -222,6 +223,7 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
         for r in (await session.scalars(select(ServiceRevision).where(ServiceRevision.service_id == service.id))).all()
     }
     changed = False
+    moved: set[int] = set()
     for rev_id, change in decision.revisions.items():
         rev = revisions.get(rev_id)
         if rev is None:
@@ -237,6 +239,7 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
         if change.traffic is not None and change.traffic != rev.traffic:
             rev.traffic = change.traffic
             rev.updated_at = now
+            moved.add(rev.id)
             changed = True
         if change.target_traffic is not None:
             rev.target_traffic = change.target_traffic
@@ -275,6 +278,16 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
                 rev.message = f"cannot start a replica: {exc.message}"
             else:
                 changed = True
+    for rev in revisions.values():
+        if rev.id not in moved and session.is_modified(rev):
+            _keep_traffic_clock(rev)
     if changed:
         routes_changed.notify_after_commit(session)
     notify_after_commit(session)
+
+
+def _keep_traffic_clock(rev: ServiceRevision) -> None:
+    """A revision's ``updated_at`` is when its traffic last moved (the steps rollout's clock, ``load_controls``):
+    a write that does not move it (replicas wanted, a message) must not restart it through the column's onupdate,
+    which an explicit value in the UPDATE overrides."""
+    flag_modified(rev, "updated_at")

@@ -32,7 +32,7 @@ from aicenter.core.serving.spec import (
     replica_job_spec,
 )
 from aicenter.db.models import CatalogItem, Service, ServiceReplica, ServiceRevision, VersionFile
-from aicenter.events import notify_after_commit
+from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import audit, catalog, jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
@@ -205,6 +205,7 @@ async def deploy_service(
         details={"name": service.name, "model": revision.model_ref, "runtime": revision.runtime},
     )
     notify_after_commit(session)
+    routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
     return service.id
 
 
@@ -255,6 +256,7 @@ async def update_service(
         details={"revision": revision.number, "model": revision.model_ref, "rollout": rollout.strategy.value},
     )
     notify_after_commit(session)
+    routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
     return revision
 
 

@@ -17,7 +17,7 @@ from aicenter.core.errors import Conflict, Forbidden, ValidationFailed
 from aicenter.core.jobs import ACTIVE_STATUSES, translate
 from aicenter.core.serving.spec import RevisionSpec, RevisionState, ServiceStatus, check_traffic
 from aicenter.db.models import Job, Service, ServiceReplica, ServiceRevision
-from aicenter.events import notify_after_commit
+from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import audit
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
@@ -33,6 +33,13 @@ __all__ = [
 ]
 
 _LIVE = (RevisionState.STARTING.value, RevisionState.READY.value)
+
+
+def _notify(session: AsyncSession) -> None:
+    """Once committed: the job controllers act, and this process's gateway reloads its routes at once (a caller's
+    next request sees the change, not the table of up to a refresh ago)."""
+    notify_after_commit(session)
+    routes_changed.notify_after_commit(session)
 
 
 async def _revisions(session: AsyncSession, service: Service) -> list[ServiceRevision]:
@@ -91,7 +98,7 @@ async def set_traffic(session: AsyncSession, actor: Actor, service_id: int, traf
         workspace_id=service.workspace_id,
         details={"traffic": {str(k): v for k, v in wanted.items()}},
     )
-    notify_after_commit(session)
+    _notify(session)
 
 
 async def promote_service(session: AsyncSession, actor: Actor, service_id: int) -> ServiceRevision:
@@ -108,7 +115,7 @@ async def promote_service(session: AsyncSession, actor: Actor, service_id: int) 
         session, actor, "service.promote", "service", service.id, workspace_id=service.workspace_id,
         details={"revision": canary.number},
     )  # fmt: skip
-    notify_after_commit(session)
+    _notify(session)
     return canary
 
 
@@ -131,7 +138,7 @@ async def rollback_service(session: AsyncSession, actor: Actor, service_id: int)
         session, actor, "service.rollback", "service", service.id, workspace_id=service.workspace_id,
         details={"revision": canary.number, "to": stable.number},
     )  # fmt: skip
-    notify_after_commit(session)
+    _notify(session)
     return canary
 
 
@@ -171,7 +178,7 @@ async def scale_service(
     audit.record(
         session, actor, "service.scale", "service", service.id, workspace_id=service.workspace_id, details=changes
     )
-    notify_after_commit(session)
+    _notify(session)
 
 
 async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -194,7 +201,7 @@ async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> 
         session, actor, "service.force_stop" if forced else "service.stop", "service", service.id,
         workspace_id=service.workspace_id,
     )  # fmt: skip
-    notify_after_commit(session)
+    _notify(session)
 
 
 async def start_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -212,7 +219,7 @@ async def start_service(session: AsyncSession, actor: Actor, service_id: int) ->
         if revision.state in _LIVE:
             revision.last_request_at = now  # a start is a use: its replicas come back for the grace
     audit.record(session, actor, "service.start", "service", service.id, workspace_id=service.workspace_id)
-    notify_after_commit(session)
+    _notify(session)
 
 
 async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -239,3 +246,4 @@ async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -
     )  # fmt: skip
     await session.delete(service)
     await session.flush()
+    routes_changed.notify_after_commit(session)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core.clock import utcnow
@@ -161,8 +161,14 @@ async def record_load(
         )
         if load.requests or load.held or load.peak_concurrency:
             used.append(load.revision_id)
-    for rev in (await session.scalars(select(ServiceRevision).where(ServiceRevision.id.in_(used)))).all():
-        rev.last_request_at = now
+    if used:
+        # updated_at is the steps rollout's clock (when the traffic last moved): setting it to itself keeps its
+        # onupdate from restarting that clock every second while requests flow.
+        await session.execute(
+            update(ServiceRevision)
+            .where(ServiceRevision.id.in_(used))
+            .values(last_request_at=now, updated_at=ServiceRevision.updated_at)
+        )
     ready_jobs = list(ready)
     if ready_jobs:
         links = await session.scalars(
