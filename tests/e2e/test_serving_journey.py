@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import textwrap
 import time
 from collections.abc import Iterator
@@ -160,10 +161,15 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
         answer = client.infer("lin", [tensor], outputs=[out], headers=dict(headers))
         np.testing.assert_allclose(answer.as_numpy("y").ravel(), [1.5, -1.5], atol=1e-4)
 
-    # Plain HTTP with the key; bob with his own token; refusals for everybody else.
-    assert _infer(server.url, path, {"Authorization": f"Bearer {key}"}, [[1, 0]]).json()["outputs"][0]["data"] == [
-        pytest.approx(2.5, abs=1e-4)
-    ]
+    # curl with the key, as the service's API page shows; bob with his own token; refusals for everybody else.
+    body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [[1, 0]]}]}
+    curl = subprocess.run(
+        ["curl", "-sS", "--fail-with-body", "-X", "POST", f"{server.url}{path}/v2/models/lin/infer",
+         "-H", f"Authorization: Bearer {key}", "-H", "Content-Type: application/json", "-d", json.dumps(body)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert curl.returncode == 0, curl.stdout + curl.stderr
+    assert json.loads(curl.stdout)["outputs"][0]["data"] == [pytest.approx(2.5, abs=1e-4)]
     assert _infer(server.url, path, {"Authorization": f"Bearer {world['tokens']['bob']}"}, [[0, 0]]).status_code == 200
     for who, expected in (("carol", 403), ("admin", 403)):
         refused = _infer(server.url, path, {"Authorization": f"Bearer {world['tokens'][who]}"}, [[0, 0]])
