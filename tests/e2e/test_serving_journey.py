@@ -144,6 +144,7 @@ def test_train_deploy_call_scale_to_zero_canary_promote_force_stop(world: dict[s
     sid, path = deployed.json()["id"], deployed.json()["url"]
     assert (path, deployed.json()["runtime"]) == ("/serve/vision/lin", "onnx")
     wait("ready", lambda: alice.get(f"/api/v1/services/{sid}").json()["status"] == "ready")
+    assert [bool(r["node"]) for r in alice.get(f"/api/v1/services/{sid}").json()["replicas"]] == [True]
     key = alice.post(f"/api/v1/services/{sid}/keys", json={"name": "app"}).json()["key"]
 
     # The standard V2 client, unchanged: JSON and binary tensors, through the platform's URL and a service key.
