@@ -5,6 +5,7 @@ Repeated controller ticks that change nothing record nothing; other workspaces s
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from aicenter.config import Settings
 from aicenter.controllers.serving import ServingController
 from aicenter.core.jobs import JobStatus
 from aicenter.db.engine import Database
-from aicenter.db.models import ServiceRevision
+from aicenter.db.models import Job, ServiceRevision
 from tests.integration.api.test_jobs_api import _logins
 from tests.integration.api.test_services_api import _deploy, _models, _replica_jobs, _serve
 from tests.integration.services.jobs_helpers import move
@@ -63,7 +64,6 @@ async def test_a_services_history_without_spam(
     await _serve(db, await _replica_jobs(db, sid))
     await _ticks(controller)
     events = await _events(client, sid, h["alice"])
-    print([(e["kind"], e["message"]) for e in events])
     assert _kinds(events) == ["deployed", "revision_ready", "traffic"]
     assert "revision 1 is ready (model iris:1)" in events[1]["message"]
     assert events[2]["message"].endswith("traffic now revision 1 100 %")
@@ -76,7 +76,6 @@ async def test_a_services_history_without_spam(
     assert (await client.post(f"{API}/{sid}/promote", headers=h["alice"])).status_code == 200
     await _ticks(controller)
     events = (await _events(client, sid, h["alice"]))[3:]
-    print([(e["kind"], e["message"]) for e in events])
     assert _kinds(events) == ["updated", "revision_ready", "traffic", "traffic", "traffic"]
     assert "revision 2 deployed by alice: model iris:2 (onnx), rollout canary 10 %" in events[0]["message"]
     assert events[2]["message"].endswith("traffic now revision 1 90 %, revision 2 10 %")
@@ -84,3 +83,89 @@ async def test_a_services_history_without_spam(
         "promote", "service iris: revision 2 promoted by alice: all traffic moves to it",
     )  # fmt: skip
     assert events[4]["message"].endswith("traffic now revision 2 100 %; revision 1 retired")
+
+    # The autoscaler: a new target is one event with its reason, however many ticks keep it.
+    scaled = await client.post(f"{API}/{sid}/scale", json={"min_replicas": 2}, headers=h["alice"])
+    assert scaled.status_code == 200, scaled.text
+    await _ticks(controller)
+    (event,) = (await _events(client, sid, h["alice"]))[8:]
+    assert (event["kind"], event["details"]) == (
+        "service.scaled", {"service": "iris", "revision": 2, "from": 1, "to": 2, "reason": "min"},
+    )  # fmt: skip
+    assert event["message"].endswith("revision 2 scaled from 1 to 2 replicas: held at min_replicas (2)")
+    await client.post(f"{API}/{sid}/scale", json={"min_replicas": 0}, headers=h["alice"])
+    async with db.write() as session:  # idle since long ago; a controller that just took over knows no better
+        long_ago = datetime(2000, 1, 1, tzinfo=UTC)
+        await session.execute(
+            update(ServiceRevision)
+            .where(ServiceRevision.service_id == sid)
+            .values(ready_at=long_ago, last_request_at=long_ago)
+        )
+    await _ticks(ServingController(db, settings))
+    (event,) = (await _events(client, sid, h["alice"]))[9:]
+    assert (event["kind"], event["details"]["to"], event["details"]["reason"]) == ("service.scaled", 0, "to-zero")
+    assert "scaled from 2 to 0 replicas: scale to zero after 300 s without requests" in event["message"]
+
+    # A revision whose replica ended before it was ready fails, with the reason, as a warning.
+    assert (await client.patch(f"{API}/{sid}", json={"spec": {}}, headers=h["alice"])).status_code == 200
+    (third,) = await _replica_jobs(db, sid, revision=3)
+    await move(db, third, JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
+    await move(db, third, JobStatus.FAILED, message="exit code 3: no such file model.onnx")
+    await _ticks(controller)
+    events = (await _events(client, sid, h["alice"]))[10:]
+    assert _kinds(events) == ["updated", "revision_failed"]
+    assert events[1]["severity"] == "warning"
+    assert "revision 3 failed: its replica ended before it was ready" in events[1]["message"]
+    assert "no such file model.onnx" in events[1]["details"]["reason"]
+
+    # Stopped by a platform admin (a warning), started by its owner; the ticks between say nothing more.
+    assert (await client.post(f"{API}/{sid}/stop", headers=h["admin"])).status_code == 200
+    await _ticks(controller)
+    assert (await client.post(f"{API}/{sid}/start", headers=h["alice"])).status_code == 200
+    events = (await _events(client, sid, h["alice"]))[12:]
+    assert [(e["kind"], e["severity"]) for e in events] == [
+        ("service.force_stopped", "warning"), ("service.started", "info"),
+    ]  # fmt: skip
+    assert "stopped by platform admin admin" in events[0]["message"]
+
+    # Only its workspace's members and platform admins see them, here and in the cluster event log.
+    assert (await client.get(f"{API}/{sid}/events", headers=h["carol"])).status_code == 404
+    assert (await client.get(f"{API}/{sid}/events", headers=h["admin"])).status_code == 200
+    mine = (await client.get("/api/v1/events", params={"kind": "service."}, headers=h["bob"])).json()["items"]
+    assert len(mine) == 14
+    assert {e["service_id"] for e in mine} == {sid}
+    theirs = (await client.get("/api/v1/events", params={"kind": "service."}, headers=h["carol"])).json()["items"]
+    assert theirs == []
+    assert (await client.get(f"{API}/999999/events", headers=h["admin"])).status_code == 404
+
+
+async def test_a_refused_replica_and_a_failed_one_are_said_once(
+    db: Database, client: httpx.AsyncClient, settings: Settings, tmp_path: Path
+) -> None:
+    w, h = await _logins(db, client, tmp_path)
+    await _models(db, tmp_path, w)
+    created = await client.post(API, json=_deploy(min_replicas=1), headers=h["alice"])
+    sid = created.json()["id"]
+    controller = ServingController(db, settings)
+    (first,) = await _replica_jobs(db, sid)
+    await _serve(db, [first])
+    await _ticks(controller)
+    # Its ready replica fails: one warning naming the job, and a new replica in its place.
+    await move(db, first, JobStatus.FAILED, message="killed: out of memory")
+    await _ticks(controller)
+    events = (await _events(client, sid, h["alice"]))[3:]
+    assert [(e["kind"], e["severity"]) for e in events] == [("service.replica_failed", "warning")]
+    assert f"a replica of revision 1 failed (job {first}): killed: out of memory" in events[0]["message"]
+    assert len(await _replica_jobs(db, sid)) == 1
+
+    # Deleted: its events stay in the workspace's event log (the service's own list is gone with it).
+    await client.post(f"{API}/{sid}/stop", headers=h["alice"])
+    await _ticks(controller)
+    async with db.read() as session:
+        live = list((await session.scalars(select(Job.id).where(Job.kind == "service", Job.finished_at.is_(None)))).all())
+    for job_id in live:
+        await move(db, job_id, JobStatus.STOPPED)
+    assert (await client.delete(f"{API}/{sid}", headers=h["alice"])).status_code == 204
+    assert (await client.get(f"{API}/{sid}/events", headers=h["alice"])).status_code == 404
+    logged = (await client.get("/api/v1/events", params={"kind": "service."}, headers=h["bob"])).json()["items"]
+    assert [e["kind"] for e in logged[:2]] == ["service.deleted", "service.stopped"]
