@@ -56,7 +56,8 @@ async def test_a_services_history_without_spam(
     assert created.status_code == 201, created.text
     sid = created.json()["id"]
     (deployed,) = await _events(client, sid, h["bob"])
-    assert (deployed["kind"], deployed["service_id"], deployed["workspace_id"]) == ("service.deployed", sid, created.json()["workspace_id"])
+    workspace = created.json()["workspace_id"]
+    assert (deployed["kind"], deployed["service_id"], deployed["workspace_id"]) == ("service.deployed", sid, workspace)
     assert "deployed by alice: revision 1, model iris:1 (onnx)" in deployed["message"]
 
     # Ready: its first revision takes all traffic. More ticks change nothing and say nothing.
@@ -162,7 +163,7 @@ async def test_a_refused_replica_and_a_failed_one_are_said_once(
     await client.post(f"{API}/{sid}/stop", headers=h["alice"])
     await _ticks(controller)
     async with db.read() as session:
-        live = list((await session.scalars(select(Job.id).where(Job.kind == "service", Job.finished_at.is_(None)))).all())
+        live = (await session.scalars(select(Job.id).where(Job.kind == "service", Job.finished_at.is_(None)))).all()
     for job_id in live:
         await move(db, job_id, JobStatus.STOPPED)
     assert (await client.delete(f"{API}/{sid}", headers=h["alice"])).status_code == 204

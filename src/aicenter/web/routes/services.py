@@ -212,8 +212,8 @@ async def service_detail(
     tried: TryResult | None = None,
 ) -> Response:
     """Status, URL, actions, revisions and traffic, live replicas (linked to their job pages for logs and
-    events), the service's latest events, load charts, keys and "try it" (members only), and the generated API document. Unknown or unseen
-    services are 404 (the service layer's)."""
+    events), the service's latest events, load charts, keys and "try it" (members only), and the generated API
+    document. Unknown or unseen services are 404 (the service layer's)."""
     async with cx.ctx.db.read() as session:
         view = await serving.get_service(session, cx.actor, service_id)
         role = cx.role_in(view.service.workspace_id)
