@@ -5,7 +5,7 @@ Repeated controller ticks that change nothing record nothing; other workspaces s
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from aicenter.config import Settings
 from aicenter.controllers.serving import ServingController
 from aicenter.core.jobs import JobStatus
 from aicenter.db.engine import Database
-from aicenter.db.models import Job, ServiceRevision
+from aicenter.db.models import Job, ServiceLoad, ServiceRevision
 from tests.integration.api.test_jobs_api import _logins
 from tests.integration.api.test_services_api import _deploy, _models, _replica_jobs, _serve
 from tests.integration.services.jobs_helpers import move
@@ -140,24 +140,38 @@ async def test_a_services_history_without_spam(
     assert (await client.get(f"{API}/999999/events", headers=h["admin"])).status_code == 404
 
 
-async def test_a_refused_replica_and_a_failed_one_are_said_once(
+async def test_a_panic_scale_up_and_a_failed_replica_are_said_once(
     db: Database, client: httpx.AsyncClient, settings: Settings, tmp_path: Path
 ) -> None:
     w, h = await _logins(db, client, tmp_path)
     await _models(db, tmp_path, w)
-    created = await client.post(API, json=_deploy(min_replicas=1), headers=h["alice"])
+    body = _deploy(min_replicas=1, max_replicas=10, stable_window_s=600)
+    created = await client.post(API, json=body, headers=h["alice"])
     sid = created.json()["id"]
     controller = ServingController(db, settings)
     (first,) = await _replica_jobs(db, sid)
     await _serve(db, [first])
     await _ticks(controller)
+    # A burst: 20 requests in flight for the last minute (the panic window, a tenth of the stable one, however
+    # slowly this runs) against one replica meant for 8 at 70 %: a panic scale-up to 4.
+    async with db.write() as session:
+        revision = await session.scalar(select(ServiceRevision.id).where(ServiceRevision.service_id == sid))
+        assert revision is not None
+        at = datetime.now(UTC) - timedelta(seconds=59)
+        session.add(ServiceLoad(revision_id=revision, source="test", at=at, interval_s=1.0, concurrency=20.0))
+    await _ticks(controller)
+    (event,) = (await _events(client, sid, h["alice"]))[3:]
+    assert (event["kind"], event["details"]["from"], event["details"]["to"]) == ("service.scaled", 1, 4)
+    assert event["message"].endswith("revision 1 scaled from 1 to 4 replicas: panic scale-up: a burst of requests")
+    assert len(await _replica_jobs(db, sid)) == 4
+
     # Its ready replica fails: one warning naming the job, and a new replica in its place.
     await move(db, first, JobStatus.FAILED, message="killed: out of memory")
     await _ticks(controller)
-    events = (await _events(client, sid, h["alice"]))[3:]
+    events = (await _events(client, sid, h["alice"]))[4:]
     assert [(e["kind"], e["severity"]) for e in events] == [("service.replica_failed", "warning")]
     assert f"a replica of revision 1 failed (job {first}): killed: out of memory" in events[0]["message"]
-    assert len(await _replica_jobs(db, sid)) == 1
+    assert first not in await _replica_jobs(db, sid)
 
     # Deleted: its events stay in the workspace's event log (the service's own list is gone with it).
     await client.post(f"{API}/{sid}/stop", headers=h["alice"])
