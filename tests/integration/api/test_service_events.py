@@ -135,8 +135,10 @@ async def test_a_services_history_without_spam(
     mine = (await client.get("/api/v1/events", params={"kind": "service."}, headers=h["bob"])).json()["items"]
     assert len(mine) == 14
     assert {e["service_id"] for e in mine} == {sid}
-    theirs = (await client.get("/api/v1/events", params={"kind": "service."}, headers=h["carol"])).json()["items"]
+    theirs = (await client.get("/api/v1/events", params={"service_id": sid}, headers=h["carol"])).json()["items"]
     assert theirs == []
+    filtered = (await client.get("/api/v1/events", params={"service_id": sid}, headers=h["admin"])).json()["items"]
+    assert [e["id"] for e in filtered] == [e["id"] for e in mine]
     assert (await client.get(f"{API}/999999/events", headers=h["admin"])).status_code == 404
 
 

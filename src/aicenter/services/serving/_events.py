@@ -127,7 +127,7 @@ async def record_decision(
                 f"{_scale_reason(reason, rev.spec)}",
                 details={"revision": rev.number, "from": rev.desired_replicas, "to": change.desired, "reason": reason},
             )
-    if moved:
+    if moved or retired:
         message = f"traffic now {traffic_split(traffic)}"
         if retired:
             message += f"; revision {', '.join(map(str, retired))} retired"
