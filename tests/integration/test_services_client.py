@@ -77,6 +77,12 @@ def test_deploy_get_by_name_scale_keys_stop_start(api: Client) -> None:
     assert api.stop_service(svc).status == "stopped"
     assert api.start_service("sdk-iris").status != "stopped"
     api.stop_service(svc)
+    events = api.service_events("sdk-iris")
+    assert [e.kind for e in events] == ["service.stopped", "service.started", "service.stopped", "service.deployed"]
+    assert {e.service_id for e in events} == {svc.id}
+    first = api.service_events_page(svc, limit=3)
+    assert len(first.items) == 3
+    assert [e.id for e in api.service_events_page(svc, cursor=first.next_cursor).items] == [events[-1].id]
     with pytest.raises(ApiError) as stopping:
         api.delete_service(svc)
     assert stopping.value.code == "conflict"

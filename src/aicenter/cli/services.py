@@ -497,6 +497,28 @@ def logs(
                 typer.echo(f"replica job {job_id} has not launched yet: no logs so far", err=True)
 
 
+@service_app.command("events")
+def events(
+    service: ServiceArg,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="Show at most this many (the newest).")] = 50,
+    workspace: WorkspaceOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The service's history, newest first: deployed, updated, revisions ready or failed, traffic moves, scaling
+    (with the autoscaler's reason), stopped, started."""
+    with client() as api:
+        shown = api.service_events(_service_id(api, service, workspace), limit=limit)
+    out.show(shown, output, _EVENT_COLUMNS)
+
+
+_EVENT_COLUMNS: list[out.Column] = [
+    ("TIME", lambda e: e.at),
+    ("KIND", lambda e: e.kind.removeprefix("service.")),
+    # The log's message names the service for the cluster-wide list; here it is the one asked for.
+    ("MESSAGE", lambda e: e.message.removeprefix(f"service {e.details.get('service')}: ")),
+]
+
+
 @service_app.command("infer", epilog="Example: aicenter service infer iris --input 'input=[[5.1, 3.5, 1.4, 0.2]]'")
 def infer(
     service: ServiceArg,

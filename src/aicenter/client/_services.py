@@ -1,5 +1,5 @@
 """Inference services: deploy, list, inspect, update (new revisions), traffic, promote, rollback, scale, stop,
-start, delete, API keys, load, replica logs, and a small Open Inference Protocol v2 call (:meth:`infer`).
+start, delete, API keys, load, events, replica logs, and a small Open Inference Protocol v2 call (:meth:`infer`).
 
 A service's replicas are jobs of kind ``service``: their logs come through the jobs log API. The service itself
 answers under ``<server>/serve/<workspace>/<service>/`` (the gateway), not under ``/api/v1``.
@@ -14,6 +14,7 @@ import httpx
 
 from aicenter.client._base import PAGE_SIZE, UNSET, body, query
 from aicenter.client._jobs import JobsMixin, SpecSource, spec_payload
+from aicenter.client.alert_models import ClusterEvent
 from aicenter.client.errors import ApiError, ConnectionFailed
 from aicenter.client.inference import v2_outputs, v2_tensor
 from aicenter.client.models import Page
@@ -162,6 +163,17 @@ class ServicesMixin(JobsMixin):
         """Requests, errors, concurrency and latency per revision over the last ``minutes`` (1..60)."""
         sid = self.service_id(service)
         return self._array(ServiceLoadPoint, f"/services/{sid}/load", query(minutes=minutes))
+
+    def service_events_page(
+        self, service: ServiceRef, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ClusterEvent]:
+        """One page of the service's events, newest first: deployed, updated, revisions ready or failed, traffic
+        moves, scaling with the autoscaler's reason, stopped, started."""
+        return self._page(ClusterEvent, f"/services/{self.service_id(service)}/events", {}, limit=limit, cursor=cursor)
+
+    def service_events(self, service: ServiceRef, *, limit: int = 50) -> list[ClusterEvent]:
+        """The service's latest ``limit`` events, newest first."""
+        return self.service_events_page(service, limit=limit).items
 
     def service_logs(self, service: ServiceRef, *, job_id: int | None = None, follow: bool = False) -> Iterator[str]:
         """The log lines of the service's live replicas (jobs), one replica after the other, each line prefixed

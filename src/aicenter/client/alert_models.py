@@ -17,6 +17,7 @@ class ClusterEvent(ApiModel):
     severity: str
     node_id: int | None = None
     job_id: int | None = None
+    service_id: int | None = None
     workspace_id: int | None = None
     message: str = ""
     details: dict[str, Any] = {}

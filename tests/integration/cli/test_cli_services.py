@@ -154,6 +154,24 @@ def test_deploy_from_a_spec_file_and_infer_without_a_ready_replica(admin_cli: Ru
     assert "Traceback" not in by_body.output
 
 
+def test_events_table_and_json(admin_cli: Run, tmp_path: Path) -> None:
+    _model(admin_cli, tmp_path, "cli-ev")
+    _deploy(admin_cli, "cli-ev:1", "cli-ev")
+    assert admin_cli("service", "stop", "cli-ev").exit_code == 0
+    shown = admin_cli("service", "events", "cli-ev")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[0].split() == ["TIME", "KIND", "MESSAGE"]
+    assert "stopped" in lines[1]
+    assert "stopped by admin" in lines[1]
+    assert "deployed" in lines[2]
+    assert "deployed by admin: revision 1, model cli-ev:1 (onnx)" in lines[2]
+    assert "service cli-ev:" not in shown.stdout  # the table is about that service already
+    newest = as_json(admin_cli("service", "events", "cli-ev", "--limit", "1", "-o", "json"))
+    assert [e["kind"] for e in newest] == ["service.stopped"]  # type: ignore[index]
+    one_error_line(admin_cli("service", "events", "no-such-service"), "not_found")
+
+
 def test_bad_input_is_one_line_and_no_traceback(admin_cli: Run, tmp_path: Path) -> None:
     cases: list[tuple[tuple[str, ...], int, str, str]] = [
         (("deploy", "iris", "--name", "x", "--cpu", "1", "--memory", "1Gi"), 2, "validation_failed", "MODEL:VERSION"),

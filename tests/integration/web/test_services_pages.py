@@ -1,5 +1,6 @@
 """The console's services list: members see their workspace's services with model, status, replicas ready/total;
-strangers see none; platform admins see all; "Services" is in the navigation."""
+strangers see none; platform admins see all; "Services" is in the navigation. A service's page: revisions,
+replicas, its events, actions, keys, "try it"."""
 
 from __future__ import annotations
 
@@ -92,6 +93,12 @@ async def test_service_page_shows_revisions_replicas_and_api(
     await ServingController(db, settings).run_once()
     page = await bob.get(f"/services/{sid}")
     assert re.findall(r'data-testid="signature-input"><td>input</td><td class="mono">(\w+)<', page.text) == ["features"]
+    # Its events, newest first, without the service's name in each line.
+    assert re.findall(r'data-testid="event-row" data-kind="([\w.]+)"', page.text) == [
+        "service.traffic", "service.revision_ready", "service.deployed",
+    ]  # fmt: skip
+    assert "deployed by alice: revision 1, model iris:1 (onnx)" in html.unescape(page.text)
+    assert "service iris: deployed" not in html.unescape(page.text)
 
     carol = await open_browser("carol", PASSWORD)
     assert (await carol.get(f"/services/{sid}")).status_code == 404

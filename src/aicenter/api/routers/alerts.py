@@ -43,6 +43,7 @@ async def list_events(
     workspace_id: Id | None = None,
     node_id: Id | None = None,
     job_id: Id | None = None,
+    service_id: Id | None = None,
     since: datetime | None = None,
 ) -> Page[ClusterEventOut]:
     """Cluster events, newest first: cluster-wide ones (nodes) and your workspaces'; platform admins all."""
@@ -55,6 +56,7 @@ async def list_events(
         workspace_id=workspace_id,
         node_id=node_id,
         job_id=job_id,
+        service_id=service_id,
         since=since,
     )
     return Page(items=[ClusterEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)

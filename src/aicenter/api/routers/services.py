@@ -1,5 +1,5 @@
 """Inference services: deploy, list, get, update (a new revision), traffic, promote, rollback, scale, stop,
-start, delete, API keys and the load the gateways saw.
+start, delete, API keys, the service's events and the load the gateways saw.
 
 A service's replicas are jobs (kind ``service``): their logs, events and machine time are the jobs'
 (``/api/v1/jobs/{id}/...``). The service itself answers under ``/serve/<workspace>/<service>/`` (the gateway).
@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Response, status
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
+from aicenter.api.schemas.alerts import ClusterEventOut
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.api.schemas.serving import (
     CreatedKeyOut,
@@ -154,6 +155,17 @@ async def revoke_key(service_id: Id, key_id: Id, actor: CurrentActor, session: W
     """Revoke a key: calls with it are refused within a second."""
     await serving.revoke_key(session, actor, service_id, key_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/{service_id}/events", openapi_extra=access(Access.USER))
+async def list_service_events(
+    service_id: Id, actor: CurrentActor, session: ReadSession, paging: Paging
+) -> Page[ClusterEventOut]:
+    """The service's history, newest first: deployed, updated, revisions ready or failed, traffic moves, the
+    autoscaler's changes of target (with its reason), stopped, started. Members of its workspace and platform
+    admins."""
+    page = await serving.list_service_events(session, actor, service_id, limit=paging.limit, cursor=paging.cursor)
+    return Page(items=[ClusterEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/{service_id}/load", openapi_extra=access(Access.USER))

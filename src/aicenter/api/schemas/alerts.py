@@ -19,6 +19,7 @@ class ClusterEventOut(Schema):
     severity: str
     node_id: int | None
     job_id: int | None
+    service_id: int | None = Field(default=None, description="The inference service it is about.")
     workspace_id: int | None
     message: str
     details: dict[str, Any]

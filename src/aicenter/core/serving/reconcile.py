@@ -253,7 +253,8 @@ def decide_service(
                 ready=ready,
                 now=clock,
                 policy=rev.policy,
-                state=_scale_state(rev, scale_states.get(rev.id), now=now, clock=clock),
+                # No ready_at yet: it became ready on this tick (the snapshot predates it).
+                state=_scale_state(rev, scale_states.get(rev.id), now=now, clock=clock, ready_at=rev.ready_at or now),
                 held=held.get(rev.id, 0),
             )
             decision.scale_states[rev.id] = scaled.state
@@ -271,14 +272,14 @@ def decide_service(
     return decision
 
 
-def _scale_state(rev: RevisionSnapshot, kept: ScaleState | None, *, now: datetime, clock: float) -> ScaleState:
+def _scale_state(
+    rev: RevisionSnapshot, kept: ScaleState | None, *, now: datetime, clock: float, ready_at: datetime
+) -> ScaleState:
     """The autoscaler's memory, with the last request the database knows of (an activation from zero comes
     before any load report; a controller that just took over knows nothing else). A revision that just became
     ready counts as just used: it gets its whole grace before scaling to zero."""
     state = kept or ScaleState()
-    seen = [t for t in (rev.last_request_at, rev.ready_at) if t is not None]
-    if not seen:
-        return state
+    seen = [t for t in (rev.last_request_at, ready_at) if t is not None]
     at = clock - (now - max(seen)).total_seconds()
     if state.last_request_at is None or at > state.last_request_at:
         return ScaleState(state.panic_until, state.panic_floor, at)

@@ -19,7 +19,8 @@ from aicenter.db.base import Base, BigIntId, IdMixin, LeaseMixin, TimestampMixin
 
 class ClusterEvent(IdMixin, Base):
     """One thing that happened in the cluster: a node joined, was lost or cordoned, a job was preempted, an alert
-    fired or resolved. No foreign keys: the log outlives the nodes, jobs and workspaces it names."""
+    fired or resolved, a service was deployed or scaled. No foreign keys: the log outlives the nodes, jobs,
+    services and workspaces it names."""
 
     __tablename__ = "cluster_events"
 
@@ -28,6 +29,7 @@ class ClusterEvent(IdMixin, Base):
     severity: Mapped[str] = mapped_column(String(16), default="info")  # core.alerts.Severity
     node_id: Mapped[int | None] = mapped_column(BigIntId, default=None)
     job_id: Mapped[int | None] = mapped_column(BigIntId, default=None)
+    service_id: Mapped[int | None] = mapped_column(BigIntId, default=None)  # an inference service's history
     # None: a cluster-wide event (every member sees it); set: only that workspace's members and platform admins.
     workspace_id: Mapped[int | None] = mapped_column(BigIntId, default=None)
     message: Mapped[str] = mapped_column(Text, default="")
@@ -37,6 +39,7 @@ class ClusterEvent(IdMixin, Base):
         Index("ix_cluster_events_at", "at"),
         Index("ix_cluster_events_workspace_id", "workspace_id"),
         Index("ix_cluster_events_kind", "kind"),
+        Index("ix_cluster_events_service_id", "service_id"),
     )
 
 

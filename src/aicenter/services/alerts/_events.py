@@ -1,7 +1,7 @@
 """The cluster event log: node joined/lost/cordoned, preemptions, alerts fired and resolved.
 
 ``record_event`` only adds a row to the caller's transaction, so the event and the change it reports commit or
-fail together. It imports nothing from the other services: inventory and jobs call it.
+fail together. It imports nothing from the other services: inventory, jobs and serving call it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def record_event(
     severity: Severity = Severity.INFO,
     node_id: int | None = None,
     job_id: int | None = None,
+    service_id: int | None = None,
     workspace_id: int | None = None,
     details: dict[str, Any] | None = None,
 ) -> None:
@@ -34,7 +35,7 @@ def record_event(
 
     Args:
         kind: What happened, dotted: ``node.joined``, ``node.lost``, ``node.cordoned``, ``job.preempted``,
-            ``alert.firing``, ``alert.resolved``.
+            ``alert.firing``, ``alert.resolved``, ``service.deployed``, ``service.scaled``.
         message: One readable line.
         workspace_id: Whose event it is; None for a cluster-wide one, which every member sees (nodes are
             shared); set, only that workspace's members and platform admins see it.
@@ -46,6 +47,7 @@ def record_event(
             severity=severity.value,
             node_id=node_id,
             job_id=job_id,
+            service_id=service_id,
             workspace_id=workspace_id,
             message=message[:4000],
             details=details or {},
@@ -72,6 +74,7 @@ async def list_events(
     workspace_id: int | None = None,
     node_id: int | None = None,
     job_id: int | None = None,
+    service_id: int | None = None,
     since: datetime | None = None,
 ) -> Page[ClusterEvent]:
     """Cluster events, newest first: all for platform admins; for members the cluster-wide ones and their
@@ -88,6 +91,8 @@ async def list_events(
         stmt = stmt.where(ClusterEvent.node_id == node_id)
     if job_id is not None:
         stmt = stmt.where(ClusterEvent.job_id == job_id)
+    if service_id is not None:
+        stmt = stmt.where(ClusterEvent.service_id == service_id)
     if since is not None:
         stmt = stmt.where(ClusterEvent.at >= since)
     return await paginate(session, stmt, ClusterEvent.id, limit=limit, cursor=cursor, descending=True)

@@ -1,6 +1,7 @@
 """Inference services: deploy a model version, new revisions with rolling or canary traffic, scale bounds, stop,
-delete, API keys; what the serving gateway reads (``load_route_table``) and reports (``record_load``,
-``activate_revision``); what the serving controller reads and applies (``load_controls``, ``apply_decision``).
+delete, API keys, their events (``list_service_events``); what the serving gateway reads (``load_route_table``) and
+reports (``record_load``, ``activate_revision``); what the serving controller reads and applies (``load_controls``,
+``apply_decision``).
 
 A service replica is a job of kind ``service`` (``core.jobs.serving``), submitted through the jobs service.
 """
@@ -8,6 +9,7 @@ A service replica is a job of kind ``service`` (``core.jobs.serving``), submitte
 from aicenter.services.serving._access import load_service, require_manager
 from aicenter.services.serving._control import Probe, ServiceControl, apply_decision, load_controls, mark_ready
 from aicenter.services.serving._deploy import deploy_service, start_replicas, update_service
+from aicenter.services.serving._events import list_service_events
 from aicenter.services.serving._keys import KEY_PREFIX, CreatedKey, create_key, key_hash, list_keys, revoke_key
 from aicenter.services.serving._manage import (
     delete_service,
@@ -55,6 +57,7 @@ __all__ = [
     "get_service",
     "key_hash",
     "list_keys",
+    "list_service_events",
     "list_services",
     "load_controls",
     "load_route_table",

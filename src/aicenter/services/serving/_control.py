@@ -13,6 +13,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import flag_modified
 
+from aicenter.core.alerts import Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError
 from aicenter.core.jobs import FailureReason, JobStatus
@@ -30,6 +31,7 @@ from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._deploy import start_replicas
+from aicenter.services.serving._events import record_decision, record_service_event
 from aicenter.services.serving._routes import owner_actor
 
 __all__ = ["Probe", "ServiceControl", "apply_decision", "load_controls", "mark_ready"]
@@ -222,6 +224,7 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
         r.id: r
         for r in (await session.scalars(select(ServiceRevision).where(ServiceRevision.service_id == service.id))).all()
     }
+    await record_decision(session, service, revisions, decision)  # before the rows change: it compares with them
     changed = False
     moved: set[int] = set()
     for rev_id, change in decision.revisions.items():
@@ -275,7 +278,13 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
                 async with session.begin_nested():
                     await start_replicas(session, owner, service, rev, count)
             except AicenterError as exc:  # a refused submission is a fact about the revision, not a crash
-                rev.message = f"cannot start a replica: {exc.message}"
+                message = f"cannot start a replica: {exc.message}"
+                if message != rev.message:  # once per new refusal, not every tick it stays refused
+                    record_service_event(
+                        session, service, "service.replica_refused", f"revision {rev.number}: {message}",
+                        severity=Severity.WARNING, details={"revision": rev.number},
+                    )  # fmt: skip
+                rev.message = message
             else:
                 changed = True
     for rev in revisions.values():

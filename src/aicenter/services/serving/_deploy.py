@@ -36,6 +36,7 @@ from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import audit, catalog, jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
+from aicenter.services.serving._events import record_service_event
 
 __all__ = ["deploy_service", "start_replicas", "update_service"]
 
@@ -204,6 +205,11 @@ async def deploy_service(
         workspace_id=workspace.id,
         details={"name": service.name, "model": revision.model_ref, "runtime": revision.runtime},
     )
+    record_service_event(
+        session, service, "service.deployed",
+        f"deployed by {actor.username}: revision 1, {_serves(revision)}",
+        details={"revision": revision.number, "model": revision.model_ref, "runtime": revision.runtime},
+    )  # fmt: skip
     notify_after_commit(session)
     routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
     return service.id
@@ -255,9 +261,21 @@ async def update_service(
         workspace_id=service.workspace_id,
         details={"revision": revision.number, "model": revision.model_ref, "rollout": rollout.strategy.value},
     )
+    how = f"canary {rollout.canary_percent} %" if rollout.strategy is RolloutStrategy.CANARY else rollout.strategy.value
+    record_service_event(
+        session, service, "service.updated",
+        f"revision {revision.number} deployed by {actor.username}: {_serves(revision)}, rollout {how}",
+        details={"revision": revision.number, "model": revision.model_ref, "rollout": rollout.strategy.value},
+    )  # fmt: skip
     notify_after_commit(session)
     routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
     return revision
+
+
+def _serves(revision: ServiceRevision) -> str:
+    if revision.model_ref:
+        return f"model {revision.model_ref} ({revision.runtime})"
+    return f"runtime {revision.runtime}"
 
 
 def _mapping(source: str | Mapping[str, Any]) -> Mapping[str, Any]:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.core.alerts import Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import Conflict, Forbidden, ValidationFailed
 from aicenter.core.jobs import ACTIVE_STATUSES, translate
@@ -21,6 +22,7 @@ from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import audit
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
+from aicenter.services.serving._events import record_service_event, traffic_split
 
 __all__ = [
     "delete_service",
@@ -98,6 +100,10 @@ async def set_traffic(session: AsyncSession, actor: Actor, service_id: int, traf
         workspace_id=service.workspace_id,
         details={"traffic": {str(k): v for k, v in wanted.items()}},
     )
+    record_service_event(
+        session, service, "service.traffic", f"traffic set by {actor.username}: {traffic_split(wanted)}",
+        details={"traffic": {str(k): v for k, v in wanted.items() if v > 0}, "action": "set"},
+    )  # fmt: skip
     _notify(session)
 
 
@@ -114,6 +120,11 @@ async def promote_service(session: AsyncSession, actor: Actor, service_id: int) 
     audit.record(
         session, actor, "service.promote", "service", service.id, workspace_id=service.workspace_id,
         details={"revision": canary.number},
+    )  # fmt: skip
+    record_service_event(
+        session, service, "service.traffic",
+        f"revision {canary.number} promoted by {actor.username}: all traffic moves to it",
+        details={"revision": canary.number, "action": "promote"},
     )  # fmt: skip
     _notify(session)
     return canary
@@ -137,6 +148,11 @@ async def rollback_service(session: AsyncSession, actor: Actor, service_id: int)
     audit.record(
         session, actor, "service.rollback", "service", service.id, workspace_id=service.workspace_id,
         details={"revision": canary.number, "to": stable.number},
+    )  # fmt: skip
+    record_service_event(
+        session, service, "service.traffic",
+        f"revision {canary.number} rolled back by {actor.username}: all traffic returns to revision {stable.number}",
+        details={"revision": canary.number, "to": stable.number, "action": "rollback"},
     )  # fmt: skip
     _notify(session)
     return canary
@@ -197,6 +213,11 @@ async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> 
         service.stop_requested_by = actor.user_id or None
         service.status = ServiceStatus.STOPPED.value
         service.message = "stopped by a platform admin" if forced else "stopped"
+        record_service_event(
+            session, service, "service.force_stopped" if forced else "service.stopped",
+            f"stopped by {'platform admin ' if forced else ''}{actor.username}: its replicas drain and stop",
+            severity=Severity.WARNING if forced else Severity.INFO,
+        )  # fmt: skip
     audit.record(
         session, actor, "service.force_stop" if forced else "service.stop", "service", service.id,
         workspace_id=service.workspace_id,
@@ -219,6 +240,7 @@ async def start_service(session: AsyncSession, actor: Actor, service_id: int) ->
         if revision.state in _LIVE:
             revision.last_request_at = now  # a start is a use: its replicas come back for the grace
     audit.record(session, actor, "service.start", "service", service.id, workspace_id=service.workspace_id)
+    record_service_event(session, service, "service.started", f"started by {actor.username}")
     _notify(session)
 
 
@@ -244,6 +266,7 @@ async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -
         session, actor, "service.delete", "service", service.id, workspace_id=service.workspace_id,
         details={"name": service.name},
     )  # fmt: skip
+    record_service_event(session, service, "service.deleted", f"deleted by {actor.username}")
     await session.delete(service)
     await session.flush()
     routes_changed.notify_after_commit(session)

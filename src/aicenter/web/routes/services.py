@@ -198,6 +198,10 @@ def replica_spans_json(spans: list[serving.ReplicaSpan]) -> str:
     )
 
 
+EVENTS_SHOWN = 50
+"""The service page's events: the latest; the rest through the API or ``aicenter service events``."""
+
+
 async def service_detail(
     cx: Console,
     service_id: int,
@@ -208,13 +212,14 @@ async def service_detail(
     tried: TryResult | None = None,
 ) -> Response:
     """Status, URL, actions, revisions and traffic, live replicas (linked to their job pages for logs and
-    events), load charts, keys and "try it" (members only), and the generated API document. Unknown or unseen
-    services are 404 (the service layer's)."""
+    events), the service's latest events, load charts, keys and "try it" (members only), and the generated API
+    document. Unknown or unseen services are 404 (the service layer's)."""
     async with cx.ctx.db.read() as session:
         view = await serving.get_service(session, cx.actor, service_id)
         role = cx.role_in(view.service.workspace_id)
         keys = await serving.list_keys(session, cx.actor, service_id) if role is not None else []
         spans = await serving.replica_history(session, cx.actor, service_id)
+        events = (await serving.list_service_events(session, cx.actor, service_id, limit=EVENTS_SHOWN)).items
     service = view.service
     stable = next((r for r in view.revisions if r.id == service.stable_revision_id), None)
     doc = build_api_doc(
@@ -258,6 +263,7 @@ async def service_detail(
         tried=tried,
         command_runtime=view.runtime == "command",
         replica_spans=replica_spans_json(spans),
+        events=events,
     )
     if new_key is not None:
         response.headers["Cache-Control"] = "no-store"  # the key is shown once: no copy in any cache

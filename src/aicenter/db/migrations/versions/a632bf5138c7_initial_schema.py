@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: a294b125742f
+Revision ID: a632bf5138c7
 Revises: 
-Create Date: 2026-12-05 17:16:43.546163
+Create Date: 2026-12-06 02:28:22.554848
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'a294b125742f'
+revision: str = 'a632bf5138c7'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -59,6 +59,7 @@ def upgrade() -> None:
     sa.Column('severity', sa.String(length=16), nullable=False),
     sa.Column('node_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
+    sa.Column('service_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('message', sa.Text(), nullable=False),
     sa.Column('details', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
@@ -68,6 +69,7 @@ def upgrade() -> None:
     with op.batch_alter_table('cluster_events', schema=None) as batch_op:
         batch_op.create_index('ix_cluster_events_at', ['at'], unique=False)
         batch_op.create_index('ix_cluster_events_kind', ['kind'], unique=False)
+        batch_op.create_index('ix_cluster_events_service_id', ['service_id'], unique=False)
         batch_op.create_index('ix_cluster_events_workspace_id', ['workspace_id'], unique=False)
 
     op.create_table('leases',
@@ -851,6 +853,7 @@ def downgrade() -> None:
     op.drop_table('leases')
     with op.batch_alter_table('cluster_events', schema=None) as batch_op:
         batch_op.drop_index('ix_cluster_events_workspace_id')
+        batch_op.drop_index('ix_cluster_events_service_id')
         batch_op.drop_index('ix_cluster_events_kind')
         batch_op.drop_index('ix_cluster_events_at')
 
