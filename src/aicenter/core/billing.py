@@ -32,7 +32,9 @@ from decimal import Decimal
 from fractions import Fraction
 
 __all__ = [
+    "HOURS_PLACES",
     "HOURS_STEP",
+    "MINOR_PLACES",
     "MINOR_UNIT",
     "Charge",
     "Copy",
