@@ -417,13 +417,12 @@ async def verify(session: AsyncSession, actor: Actor) -> list[Mismatch]:
     """Recompute the formula over every closed copy and compare with its charges in the ledger, and every
     workspace's balance with the sum of its entries (platform admins). Empty: the ledger is the formula."""
     require_platform_admin(actor, "billing verification")
-    sums: dict[int | None, int] = dict(
-        await session.execute(
-            select(LedgerEntry.replica_id, func.sum(LedgerEntry.amount_cents))
-            .where(LedgerEntry.kind == EntryKind.CHARGE.value)
-            .group_by(LedgerEntry.replica_id)
-        )
+    charged = await session.execute(
+        select(LedgerEntry.replica_id, func.sum(LedgerEntry.amount_cents))
+        .where(LedgerEntry.kind == EntryKind.CHARGE.value)
+        .group_by(LedgerEntry.replica_id)
     )
+    sums: dict[int | None, int] = dict(charged.all())
     out: list[Mismatch] = []
     closed = await session.execute(
         select(Replica.id, Replica.billing_weight, Replica.price_per_hour, Replica.started_at, Replica.finished_at)
@@ -438,12 +437,11 @@ async def verify(session: AsyncSession, actor: Actor) -> list[Mismatch]:
         recorded = -Decimal(sums.get(r.id) or 0).scaleb(-billing.MINOR_PLACES)
         if recorded != expected:
             out.append(Mismatch("replica", r.id, expected, recorded))
-    totals: dict[int, int] = dict(
-        await session.execute(
-            select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents)).group_by(LedgerEntry.workspace_id)
-        )
+    per_workspace = await session.execute(
+        select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents)).group_by(LedgerEntry.workspace_id)
     )
-    for workspace_id, balance in await session.execute(select(Workspace.id, Workspace.balance)):
+    totals: dict[int, int] = dict(per_workspace.all())
+    for workspace_id, balance in (await session.execute(select(Workspace.id, Workspace.balance))).all():
         expected = Decimal(totals.get(workspace_id) or 0).scaleb(-billing.MINOR_PLACES)
         if Decimal(balance).quantize(billing.MINOR_UNIT) != expected:
             out.append(Mismatch("workspace", workspace_id, expected, Decimal(balance)))
