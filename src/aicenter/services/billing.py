@@ -21,13 +21,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_text
-from aicenter.db.ledger_writes import insert_entries_if_absent, insert_meters_if_absent
+from aicenter.db.ledger_writes import advance_meters, insert_entries_if_absent, insert_meters_if_absent
 from aicenter.db.models import BillingMeter, Job, LedgerEntry, Replica, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
@@ -366,6 +366,7 @@ async def meter(
     inserted = await insert_entries_if_absent(session, entries)
     wanted = {e["idempotency_key"] for e in entries}
     new_meters: list[dict[str, object]] = []
+    moved: list[dict[str, object]] = []
     deltas: dict[int, int] = {}
     for charge, metered, workspace_id, job_id, known in pending:
         if charge.key in wanted and charge.key not in inserted:
@@ -378,13 +379,7 @@ async def meter(
             "closed_at": now if charge.closes else None,
         }
         if known:
-            moved = await session.execute(
-                update(BillingMeter)
-                .where(BillingMeter.replica_id == charge.copy_id, BillingMeter.charged_until == metered.until)
-                .values(**values)
-            )
-            if moved.rowcount != 1:  # type: ignore[attr-defined]
-                raise MeterRaced(f"replica {charge.copy_id} was metered by another pass")
+            moved.append({"replica_id": charge.copy_id, "old": metered.until, **values})
         else:
             new_meters.append({"replica_id": charge.copy_id, "workspace_id": workspace_id, "job_id": job_id, **values})
         if charge.key in inserted:
@@ -394,6 +389,8 @@ async def meter(
             result.cents += cents
             result.workspaces.add(workspace_id)
         result.closed += charge.closes
+    if await advance_meters(session, moved) != len(moved):
+        raise MeterRaced("a copy was metered by another pass")
     if len(await insert_meters_if_absent(session, new_meters)) != len(new_meters):
         raise MeterRaced("a copy's first charge was written by another pass")
     await _move_balances(session, deltas)
