@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, column, update, values
-from sqlalchemy import cast as sql_cast
+from sqlalchemy import BigInteger, DateTime, Table, bindparam, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -48,8 +48,8 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
     than given means another writer moved some meanwhile.
 
     One statement per batch, not one per row (10,000 single-row updates took ~10 s of a metering pass on both
-    databases): SQLite's executemany, whose row count is the sum; on PostgreSQL an ``UPDATE ... FROM (VALUES
-    ...) RETURNING``, since asyncpg reports no row count for executemany.
+    databases): SQLite's executemany, whose row count is the sum; on PostgreSQL an ``UPDATE ... FROM
+    unnest(arrays) RETURNING``, since asyncpg reports no row count for executemany.
     """
     if not rows:
         return 0
@@ -67,25 +67,37 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
         )
         result = await session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
         return int(result.rowcount)  # type: ignore[attr-defined]
-    given = values(
-        column("replica_id", m.replica_id.type),
-        column("old", m.charged_until.type),
-        column("charged_until", m.charged_until.type),
-        column("microhours", m.microhours.type),
-        column("cents", m.cents.type),
-        column("closed_at", m.closed_at.type),
-        name="given",
-    ).data([(r["replica_id"], r["old"], r["charged_until"], r["microhours"], r["cents"], r["closed_at"]) for r in rows])
-    statement = (
-        update(_METERS)
-        .where(m.replica_id == given.c.replica_id, m.charged_until == given.c.old)
-        .values(
-            charged_until=given.c.charged_until,
-            microhours=given.c.microhours,
-            cents=given.c.cents,
-            # NULLs in VALUES are untyped text to PostgreSQL: typed by the cast.
-            closed_at=sql_cast(given.c.closed_at, m.closed_at.type),
-        )
-        .returning(m.replica_id)
+    result = await session.execute(
+        _ADVANCE_PG,
+        {
+            "ids": [r["replica_id"] for r in rows],
+            "olds": [r["old"] for r in rows],
+            "untils": [r["charged_until"] for r in rows],
+            "microhours": [r["microhours"] for r in rows],
+            "cents": [r["cents"] for r in rows],
+            "closed": [r["closed_at"] for r in rows],
+        },
     )
-    return len((await session.execute(statement)).all())
+    return len(result.all())
+
+
+# Arrays rather than ``FROM (VALUES ...)``: one constant statement (compiled once) and six parameters, where a
+# VALUES list of 2,000 rows cost ~0.7 s of SQLAlchemy compilation per batch and 12,000 parameters.
+_ADVANCE_PG = text(
+    """
+    UPDATE billing_meters AS m
+    SET charged_until = g.charged_until, microhours = g.microhours, cents = g.cents, closed_at = g.closed_at
+    FROM unnest(CAST(:ids AS BIGINT[]), CAST(:olds AS TIMESTAMPTZ[]), CAST(:untils AS TIMESTAMPTZ[]),
+                CAST(:microhours AS BIGINT[]), CAST(:cents AS BIGINT[]), CAST(:closed AS TIMESTAMPTZ[]))
+         AS g(replica_id, old, charged_until, microhours, cents, closed_at)
+    WHERE m.replica_id = g.replica_id AND m.charged_until = g.old
+    RETURNING m.replica_id
+    """
+).bindparams(
+    bindparam("ids", type_=ARRAY(BigInteger)),
+    bindparam("olds", type_=ARRAY(DateTime(timezone=True))),
+    bindparam("untils", type_=ARRAY(DateTime(timezone=True))),
+    bindparam("microhours", type_=ARRAY(BigInteger)),
+    bindparam("cents", type_=ARRAY(BigInteger)),
+    bindparam("closed", type_=ARRAY(DateTime(timezone=True))),
+)
