@@ -4,7 +4,7 @@ The formula (issue 15, the seed's rules), with its rounding stated once, here:
 
 - **copy** machine-hours = weight x (end - start), in hours, rounded half-even to 6 decimal places
   (``HOURS_STEP``, 0.0036 s of a weight-1 copy). The duration is counted in whole microseconds (what a datetime
-  holds) and the product is exact (``fractions.Fraction``) before that one rounding.
+  holds) and the product is exact (integer arithmetic on the decimals' ratios) before that one rounding.
 - **task** machine-hours = the sum of its copies'; **job** = the sum of its tasks' (sums of 6-place decimals are
   exact, so no rounding happens there).
 - **money** of a copy = its machine-hours x the price per machine-hour snapshotted for it, rounded half-even to
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from fractions import Fraction
+from functools import cached_property
 
 __all__ = [
     "HOURS_PLACES",
@@ -56,9 +56,19 @@ MINOR_UNIT = Decimal(1).scaleb(-MINOR_PLACES)  # 0.01 coin
 _MICROSECONDS_PER_HOUR = 3_600_000_000
 
 
-def _round(value: Fraction, places: int) -> Decimal:
-    """``value`` rounded half-even to ``places`` decimal places, exactly (Fraction's round is half-even)."""
-    return Decimal(round(value * 10**places)).scaleb(-places)
+def _div_half_even(numerator: int, denominator: int) -> int:
+    """``numerator / denominator`` (denominator > 0) rounded half-even to an integer, in integers only: what
+    ``round(Fraction(n, d))`` gives, ~10x faster (a metering pass computes two per running copy)."""
+    quotient, remainder = divmod(numerator, denominator)
+    twice = 2 * remainder
+    if twice > denominator or (twice == denominator and quotient % 2):
+        quotient += 1
+    return quotient
+
+
+def _ratio(value: Decimal) -> tuple[int, int]:
+    numerator, denominator = value.as_integer_ratio()
+    return numerator, denominator
 
 
 def weight_decimal(weight: float | Decimal | str) -> Decimal:
@@ -81,12 +91,16 @@ def copy_hours(weight: Decimal, start: datetime, end: datetime) -> Decimal:
     if weight < 0:
         raise ValueError("a billing weight is 0 or more")
     us = max(0, _microseconds(end - start))
-    return _round(Fraction(weight) * us / _MICROSECONDS_PER_HOUR, HOURS_PLACES)
+    wn, wd = _ratio(weight)
+    # weight x us / 3.6e9 hours, in units of 10^-6 hours: weight x us / 3600
+    return Decimal(_div_half_even(wn * us, wd * (_MICROSECONDS_PER_HOUR // 10**HOURS_PLACES))).scaleb(-HOURS_PLACES)
 
 
 def cost(hours: Decimal, price: Decimal) -> Decimal:
     """Money for ``hours`` machine-hours at ``price`` per machine-hour, rounded half-even to 0.01."""
-    return _round(Fraction(hours) * Fraction(price), MINOR_PLACES)
+    hn, hd = _ratio(hours)
+    pn, pd = _ratio(price)
+    return Decimal(_div_half_even(hn * pn * 10**MINOR_PLACES, hd * pd)).scaleb(-MINOR_PLACES)
 
 
 def copy_cost(weight: Decimal, price: Decimal, start: datetime, end: datetime) -> Decimal:
@@ -151,7 +165,7 @@ class Charge:
     amount: Decimal
     closes: bool
 
-    @property
+    @cached_property
     def key(self) -> str:
         return charge_key(self.copy_id, self.period_start)
 

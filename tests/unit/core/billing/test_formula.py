@@ -99,11 +99,18 @@ def test_hours_and_money_are_the_exact_value_rounded_once(weight: Decimal, price
     end = T0 + timedelta(microseconds=us)
     hours = copy_hours(weight, T0, end)
     exact = Fraction(weight) * us / 3_600_000_000
+    # Fraction's round() is half-even: the integer arithmetic must give exactly the same
+    assert Fraction(hours) == Fraction(round(exact * 10**6), 10**6)
     assert abs(Fraction(hours) - exact) <= Fraction(1, 2 * 10**6)
     assert hours.as_tuple().exponent == -6
     money = copy_cost(weight, price, T0, end)
-    assert abs(Fraction(money) - Fraction(hours) * Fraction(price)) <= Fraction(1, 200)
+    assert Fraction(money) == Fraction(round(Fraction(hours) * Fraction(price) * 100), 100)
     assert money.as_tuple().exponent == -2
+
+
+@given(st.decimals(min_value=-1000, max_value=1000, places=6), st.decimals(min_value=0, max_value=1000, places=4))
+def test_cost_rounds_half_even_for_any_sign(hours: Decimal, price: Decimal) -> None:
+    assert Fraction(cost(hours, price)) == Fraction(round(Fraction(hours) * Fraction(price) * 100), 100)
 
 
 # -- incremental metering ---------------------------------------------------------------------------------------
