@@ -19,6 +19,7 @@ from aicenter.db.engine import Database
 from aicenter.db.models import LedgerEntry, Replica, ResourceSpec, Workspace
 from aicenter.services import billing
 from aicenter.services.context import Actor
+from aicenter.services.jobs import next_attempt_row
 from tests.integration.services.jobs_helpers import JobWorld, job_world, spec, submit
 
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -185,3 +186,17 @@ async def test_meter_batches_by_replica_id(db: Database, tmp_path: Path) -> None
         assert first.last_replica_id == min(ids)
         second = await billing.meter(session, T0 + timedelta(hours=1), after_replica_id=min(ids), limit=1)
     assert first.entries + second.entries == 2
+
+
+def test_a_restart_keeps_the_price_snapshot() -> None:
+    row = Replica(job_id=1, task="w", index=0, attempt=0, billing_weight=1.5, price_per_hour=Decimal("2.5"))
+    after = next_attempt_row(row, 1)
+    assert (after.billing_weight, after.price_per_hour, after.attempt) == (1.5, Decimal("2.5"), 1)
+
+
+async def test_submit_snapshots_the_specs_price(db: Database, tmp_path: Path) -> None:
+    w = await job_world(db, tmp_path)
+    view = await submit(db, w.p.alice, spec())
+    async with db.read() as session:
+        prices = (await session.scalars(select(Replica.price_per_hour).where(Replica.job_id == view.job.id))).all()
+    assert [Decimal(p) for p in prices] == [Decimal(1), Decimal(1)]
