@@ -150,11 +150,12 @@ async def _post(
     actor: Actor,
     kind: EntryKind,
     workspace_id: int,
-    amount: Decimal,
+    raw_amount: object,
     reason: str,
     idempotency_key: str | None,
 ) -> EntryView:
-    require_platform_admin(actor, f"a billing {kind.value}")
+    require_platform_admin(actor, f"a billing {kind.value}")  # first: a member gets 403 whatever the body
+    amount = parse_amount(raw_amount, signed=kind is EntryKind.ADJUSTMENT)
     reason = check_text(reason.strip(), "reason", 1024)
     if not reason:
         raise ValidationFailed("is required: say why the balance changes", field="reason")
@@ -215,7 +216,7 @@ async def recharge(
         NotFound: no such workspace.
         Conflict: the key was used for a different recharge.
     """
-    return await _post(session, actor, EntryKind.RECHARGE, workspace_id, parse_amount(amount), reason, idempotency_key)
+    return await _post(session, actor, EntryKind.RECHARGE, workspace_id, amount, reason, idempotency_key)
 
 
 async def refund(
@@ -228,7 +229,7 @@ async def refund(
     idempotency_key: str | None = None,
 ) -> EntryView:
     """Give coins back to a workspace (platform admins), e.g. for work lost to the platform. As ``recharge``."""
-    return await _post(session, actor, EntryKind.REFUND, workspace_id, parse_amount(amount), reason, idempotency_key)
+    return await _post(session, actor, EntryKind.REFUND, workspace_id, amount, reason, idempotency_key)
 
 
 async def adjust(
@@ -241,7 +242,6 @@ async def adjust(
     idempotency_key: str | None = None,
 ) -> EntryView:
     """Correct a workspace's balance by a signed amount (platform admins), with the reason. As ``recharge``."""
-    amount = parse_amount(amount, signed=True)
     return await _post(session, actor, EntryKind.ADJUSTMENT, workspace_id, amount, reason, idempotency_key)
 
 
