@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 6830790ccd16
+Revision ID: 8cf5f269b002
 Revises: 
-Create Date: 2026-12-06 02:02:10.430279
+Create Date: 2026-12-06 02:24:03.437351
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '6830790ccd16'
+revision: str = '8cf5f269b002'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
