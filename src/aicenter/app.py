@@ -22,6 +22,7 @@ from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers import (
     alerts,
+    billing,
     engine_nodes,
     heartbeat,
     image_builder,
@@ -137,6 +138,7 @@ CONTROLLER_FACTORIES: list[Callable[[AppContext], Controller | None]] = [
     alerts.build_delivery,
     notebook_culler.build,
     serving.build,
+    billing.build,
 ]
 
 

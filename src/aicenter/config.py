@@ -171,6 +171,12 @@ class Settings(BaseSettings):
     alert_eval_interval_s: float = Field(
         default=15.0, description="Interval of the alert evaluator (one replica evaluates per interval), in seconds."
     )
+    billing_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How often the billing meter charges running copies for the machine time since their last "
+        "charge, in seconds (one server replica meters at a time); 0: no metering on this replica.",
+    )
     alert_webhook_timeout_s: float = Field(
         default=5.0, description="A webhook that has not answered in this many seconds counts as failed (retried)."
     )

@@ -13,7 +13,7 @@ from typer._click import exceptions as click_exc
 from typer.core import TyperGroup
 
 from aicenter import __version__
-from aicenter.cli import admin, alerts, auth, catalog, inventory, jobs, notebooks, services, ssh_keys, tenancy
+from aicenter.cli import admin, alerts, auth, billing, catalog, inventory, jobs, notebooks, services, ssh_keys, tenancy
 from aicenter.cli.common import STATE, CliError, Output, OutputOpt
 from aicenter.cli.simulate import simulate
 from aicenter.cli.top import top
@@ -181,6 +181,7 @@ app.add_typer(jobs.job_app, name="job")
 app.add_typer(notebooks.notebook_app, name="notebook")
 app.add_typer(services.service_app, name="service")
 app.add_typer(admin.admin_app, name="admin")
+app.add_typer(billing.billing_app, name="billing")
 app.add_typer(alerts.alert_app, name="alert")
 app.command("events")(alerts.events)
 app.command("simulate")(simulate)

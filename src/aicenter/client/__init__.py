@@ -6,6 +6,7 @@
 """
 
 from aicenter.client._base import UNSET
+from aicenter.client._billing import Balance, LedgerEntry, Verification
 from aicenter.client._latest import LatestValue
 from aicenter.client._ssh_keys import SshKey
 from aicenter.client.client import Client
@@ -59,6 +60,7 @@ __all__ = [
     "AcceleratorType",
     "ApiError",
     "AuditEvent",
+    "Balance",
     "Build",
     "Client",
     "ConnectionFailed",
@@ -73,6 +75,7 @@ __all__ = [
     "JobReplica",
     "JobTemplate",
     "LatestValue",
+    "LedgerEntry",
     "LoginResult",
     "Member",
     "MyWorkspace",
@@ -102,6 +105,7 @@ __all__ = [
     "TransferError",
     "Upload",
     "User",
+    "Verification",
     "Version",
     "Workspace",
 ]

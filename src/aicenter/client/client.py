@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aicenter.client._alerts import AlertsMixin
 from aicenter.client._auth import AuthMixin
+from aicenter.client._billing import BillingMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
 from aicenter.client._latest import LatestMixin
@@ -27,6 +28,7 @@ class Client(
     LatestMixin,
     AlertsMixin,
     SshKeysMixin,
+    BillingMixin,
 ):
     """A synchronous client of an aicenter server.
 

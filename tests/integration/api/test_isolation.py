@@ -579,6 +579,7 @@ _STRING_VALUES: dict[str, Callable[[World], str]] = {
     "cpu": lambda w: "1",
     "memory": lambda w: "1Gi",
     "price_per_hour": lambda w: "1.5",
+    "amount": lambda w: "10",
     "vendor": lambda w: "nvidia",
     "role": lambda w: WorkspaceRole.MEMBER.value,
     "username": lambda w: w.amy.username,

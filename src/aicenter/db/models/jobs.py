@@ -5,9 +5,10 @@ of core/jobs/spec.py (``JobSpec.normalized()``)."""
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.core.clock import utcnow
@@ -91,7 +92,9 @@ class Replica(IdMixin, TimestampMixin, Base):
     spec_id: Mapped[int | None] = mapped_column(
         BigIntId, ForeignKey("resource_specs.id", ondelete="SET NULL"), default=None
     )
-    billing_weight: Mapped[float] = mapped_column(default=1.0)  # copied at placement: later price edits do not
+    billing_weight: Mapped[float] = mapped_column(default=1.0)  # copied at submit: later price edits do not
+    # The spec's price per machine-hour, snapshotted with the weight: a later price change rewrites no history.
+    price_per_hour: Mapped[Decimal] = mapped_column(Numeric(20, 4), default=Decimal(0))
     handle: Mapped[dict[str, Any] | None] = mapped_column(default=None)  # executors.base.ReplicaHandle, as JSON
     exit_code: Mapped[int | None] = mapped_column(default=None)
     reason: Mapped[str | None] = mapped_column(String(32), default=None)  # core.jobs.FailureReason

@@ -304,7 +304,7 @@ def _change_rows(job: Job, rows: Mapping[int, Replica], changes: Sequence[Replic
 
 
 def next_attempt_row(row: Replica, attempt: int) -> Replica:
-    """The row of the next attempt of a replica: same resources and billing weight, not placed yet."""
+    """The row of the next attempt of a replica: same resources, billing weight and price, not placed yet."""
     return Replica(
         job_id=row.job_id,
         task=row.task,
@@ -318,6 +318,7 @@ def next_attempt_row(row: Replica, attempt: int) -> Replica:
         gpu_share=row.gpu_share,
         spec_id=row.spec_id,
         billing_weight=row.billing_weight,
+        price_per_hour=row.price_per_hour,
     )
 
 

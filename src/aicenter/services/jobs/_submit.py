@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
@@ -421,6 +422,7 @@ async def submit_job(
                 gpu_share=a.gpu_share,
                 spec_id=a.spec.id if a.spec is not None else None,
                 billing_weight=a.spec.billing_weight if a.spec is not None else 1.0,
+                price_per_hour=a.spec.price_per_hour if a.spec is not None else Decimal(0),
             )
         )
     await record_created(session, job, actor=actor)

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: a632bf5138c7
+Revision ID: 2116ae4c5219
 Revises: 
-Create Date: 2026-12-06 02:28:22.554848
+Create Date: 2026-12-06 02:29:35.954874
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'a632bf5138c7'
+revision: str = '2116ae4c5219'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -52,6 +52,42 @@ def upgrade() -> None:
         batch_op.create_index('ix_audit_events_actor_id', ['actor_id'], unique=False)
         batch_op.create_index('ix_audit_events_at', ['at'], unique=False)
         batch_op.create_index('ix_audit_events_target', ['target_type', 'target_id'], unique=False)
+
+    op.create_table('billing_ledger',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('amount_cents', sa.BigInteger(), nullable=False),
+    sa.Column('machine_microhours', sa.BigInteger(), nullable=False),
+    sa.Column('idempotency_key', sa.String(length=200), nullable=False),
+    sa.Column('job_id', sa.BigInteger(), nullable=True),
+    sa.Column('replica_id', sa.BigInteger(), nullable=True),
+    sa.Column('period_start', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('period_end', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('reason', sa.String(length=1024), nullable=False),
+    sa.Column('actor_id', sa.BigInteger(), nullable=True),
+    sa.Column('actor_name', sa.String(length=64), nullable=False),
+    sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_billing_ledger')),
+    sa.UniqueConstraint('idempotency_key', name=op.f('uq_billing_ledger_idempotency_key')),
+    sqlite_autoincrement=True
+    )
+    with op.batch_alter_table('billing_ledger', schema=None) as batch_op:
+        batch_op.create_index('ix_billing_ledger_replica_id', ['replica_id'], unique=False)
+        batch_op.create_index('ix_billing_ledger_workspace_id_id', ['workspace_id', 'id'], unique=False)
+
+    op.create_table('billing_meters',
+    sa.Column('replica_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('job_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('charged_until', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('microhours', sa.BigInteger(), nullable=False),
+    sa.Column('cents', sa.BigInteger(), nullable=False),
+    sa.Column('closed_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint('replica_id', name=op.f('pk_billing_meters'))
+    )
+    with op.batch_alter_table('billing_meters', schema=None) as batch_op:
+        batch_op.create_index('ix_billing_meters_closed_at', ['closed_at'], unique=False)
 
     op.create_table('cluster_events',
     sa.Column('at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -531,6 +567,7 @@ def upgrade() -> None:
     sa.Column('gpu_share', sa.Double(), nullable=True),
     sa.Column('spec_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('billing_weight', sa.Double(), nullable=False),
+    sa.Column('price_per_hour', sa.Numeric(precision=20, scale=4), nullable=False),
     sa.Column('handle', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=True),
     sa.Column('exit_code', sa.Integer(), nullable=True),
     sa.Column('reason', sa.String(length=32), nullable=True),
@@ -858,6 +895,15 @@ def downgrade() -> None:
         batch_op.drop_index('ix_cluster_events_at')
 
     op.drop_table('cluster_events')
+    with op.batch_alter_table('billing_meters', schema=None) as batch_op:
+        batch_op.drop_index('ix_billing_meters_closed_at')
+
+    op.drop_table('billing_meters')
+    with op.batch_alter_table('billing_ledger', schema=None) as batch_op:
+        batch_op.drop_index('ix_billing_ledger_workspace_id_id')
+        batch_op.drop_index('ix_billing_ledger_replica_id')
+
+    op.drop_table('billing_ledger')
     with op.batch_alter_table('audit_events', schema=None) as batch_op:
         batch_op.drop_index('ix_audit_events_target')
         batch_op.drop_index('ix_audit_events_at')

@@ -1,0 +1,70 @@
+"""Billing: a workspace's balance and ledger (its members), admin entries and the reconciliation (platform
+admins). Thin: each route calls one function of ``services.billing``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, status
+
+from aicenter.api.access import Access, access
+from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
+from aicenter.api.params import Id
+from aicenter.api.schemas.billing import BalanceOut, EntryCreate, EntryOut, MismatchOut, VerifyOut
+from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.services import billing
+
+router = APIRouter(prefix="/api/v1", tags=["billing"], responses=ERROR_RESPONSES)
+
+_Kind = Annotated[
+    Literal["charge", "recharge", "refund", "adjustment"] | None, Query(description="Only entries of this kind.")
+]
+_POST = {
+    "recharge": billing.recharge,
+    "refund": billing.refund,
+    "adjustment": billing.adjust,
+}
+
+
+@router.get("/workspaces/{workspace_id}/balance", openapi_extra=access(Access.WORKSPACE))
+async def get_balance(workspace_id: Id, actor: CurrentActor, session: ReadSession) -> BalanceOut:
+    """The workspace's balance in coins (a personal workspace is its user's account)."""
+    return BalanceOut.model_validate(await billing.get_balance(session, actor, workspace_id))
+
+
+@router.get("/workspaces/{workspace_id}/ledger", openapi_extra=access(Access.WORKSPACE))
+async def list_ledger(
+    workspace_id: Id, actor: CurrentActor, session: ReadSession, paging: Paging, kind: _Kind = None
+) -> Page[EntryOut]:
+    """Every movement of the workspace's balance (charges per copy and period, recharges, refunds,
+    adjustments), newest first."""
+    page = await billing.list_ledger(
+        session,
+        actor,
+        workspace_id,
+        kind=billing.EntryKind(kind) if kind else None,
+        limit=paging.limit,
+        cursor=paging.cursor,
+    )
+    return Page(items=[EntryOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
+
+
+@router.post(
+    "/workspaces/{workspace_id}/ledger", status_code=status.HTTP_201_CREATED, openapi_extra=access(Access.ADMIN)
+)
+async def add_entry(workspace_id: Id, body: EntryCreate, actor: CurrentActor, session: WriteSession) -> EntryOut:
+    """Recharge, refund or adjust a workspace's balance, with a reason (platform admins). A bad amount (negative,
+    0, not a number, more than 2 decimal places) is 422 `validation_failed` naming `amount`; nothing is
+    written. The same `idempotency_key` again answers the first entry; for another amount, 409 `conflict`."""
+    entry = await _POST[body.kind](
+        session, actor, workspace_id, body.amount, reason=body.reason, idempotency_key=body.idempotency_key
+    )
+    return EntryOut.model_validate(entry)
+
+
+@router.get("/billing/verify", openapi_extra=access(Access.ADMIN))
+async def verify(actor: CurrentActor, session: ReadSession) -> VerifyOut:
+    """Recompute the formula over every closed copy and compare with the ledger, and every balance with the sum
+    of its entries (platform admins)."""
+    mismatches = await billing.verify(session, actor)
+    return VerifyOut(ok=not mismatches, mismatches=[MismatchOut.model_validate(m) for m in mismatches])

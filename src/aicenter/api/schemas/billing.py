@@ -1,0 +1,76 @@
+"""Billing request and response bodies: balances, ledger entries, admin entries, the reconciliation."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+
+from aicenter.api.schemas.common import Input
+
+
+def _coins(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.01")))
+
+
+def _hours(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.000001")))
+
+
+Coins = Annotated[Decimal, PlainSerializer(_coins, return_type=str)]
+MachineHours = Annotated[Decimal, PlainSerializer(_hours, return_type=str)]
+
+
+class BalanceOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    workspace_id: int
+    workspace: str = Field(description="The workspace's name.")
+    balance: Coins = Field(description="Coins, as a decimal string with 2 places; negative when in arrears.")
+
+
+class EntryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    workspace_id: int
+    kind: str = Field(description="charge, recharge, refund or adjustment.")
+    amount: Coins = Field(description="Signed coins: + credits the workspace, - debits it (charges).")
+    machine_hours: MachineHours = Field(description="Charges: the machine-hours of the period, 6 places.")
+    idempotency_key: str
+    job_id: int | None
+    replica_id: int | None
+    period_start: datetime | None
+    period_end: datetime | None
+    reason: str
+    actor_name: str
+    created_at: datetime
+
+
+class EntryCreate(Input):
+    kind: Literal["recharge", "refund", "adjustment"] = Field(
+        description="recharge and refund credit the workspace; an adjustment may be negative."
+    )
+    amount: str = Field(max_length=32, description='Coins as a decimal string with at most 2 places, e.g. "100.50".')
+    reason: str = Field(max_length=1024, description="Why the balance changes (required; kept in the ledger).")
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=120,
+        description="Retrying with the same key returns the first entry instead of writing a second.",
+    )
+
+
+class MismatchOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    what: str = Field(description="replica (its charges vs the formula) or workspace (its balance vs its ledger).")
+    id: int
+    expected: Coins
+    recorded: Coins
+
+
+class VerifyOut(BaseModel):
+    ok: bool = Field(description="True when the ledger equals the formula over every closed copy.")
+    mismatches: list[MismatchOut]

@@ -1,0 +1,136 @@
+"""``aicenter billing ...``: a workspace's balance and ledger; recharges, refunds, adjustments and the
+reconciliation for platform admins."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Annotated
+
+import typer
+
+from aicenter.cli import output as out
+from aicenter.cli.common import CliError, Output, OutputOpt, client, workspace_id
+
+billing_app = typer.Typer(help="Machine-time billing: balances, the ledger, recharges.", no_args_is_help=True)
+
+WorkspaceOpt = Annotated[
+    str | None, typer.Option("--workspace", "-w", help="Workspace name or id (default: your current one).")
+]
+ReasonOpt = Annotated[str, typer.Option("--reason", "-r", help="Why the balance changes (kept in the ledger).")]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option("--key", help="Idempotency key: running the command again with it writes nothing new."),
+]
+
+_LEDGER_COLUMNS: list[out.Column] = [
+    ("ID", lambda e: e.id),
+    ("KIND", lambda e: e.kind),
+    ("AMOUNT", lambda e: f"{e.amount:.2f}"),
+    ("MACHINE-H", lambda e: f"{e.machine_hours:.6f}" if e.kind == "charge" else ""),
+    ("JOB", lambda e: e.job_id or ""),
+    (
+        "PERIOD",
+        lambda e: (
+            f"{e.period_start:%Y-%m-%d %H:%M:%S} +{e.period_end - e.period_start}"
+            if e.period_start and e.period_end
+            else ""
+        ),
+    ),
+    ("REASON", lambda e: e.reason),
+    ("BY", lambda e: e.actor_name),
+    ("AT", lambda e: e.created_at),
+]
+
+
+@billing_app.command("balance")
+def billing_balance(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
+    """The workspace's balance in coins."""
+    with client() as api:
+        balance = api.balance(workspace_id(api, workspace))
+    if output is Output.table:
+        typer.echo(f"{balance.workspace}: {balance.balance:.2f} coins")
+    else:
+        out.show(balance, output)
+
+
+@billing_app.command("ledger")
+def billing_ledger(
+    workspace: WorkspaceOpt = None,
+    kind: Annotated[str | None, typer.Option(help="charge, recharge, refund or adjustment.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many entries.")] = 50,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The workspace's ledger, newest first: charges per copy and period, recharges, refunds, adjustments."""
+    with client() as api:
+        entries = list(islice(api.ledger(workspace_id(api, workspace), kind=kind), limit))
+    out.show(entries, output, _LEDGER_COLUMNS)
+
+
+def _post(kind: str, amount: str, reason: str, workspace: str | None, key: str | None, output: Output) -> None:
+    with client() as api:
+        entry = api.add_ledger_entry(workspace_id(api, workspace), kind, amount, reason, idempotency_key=key)
+    if output is Output.table:
+        typer.echo(f"{kind.capitalize()} of {entry.amount:.2f} coins recorded (entry {entry.id}).")
+    else:
+        out.show(entry, output)
+
+
+@billing_app.command("recharge")
+def billing_recharge(
+    amount: Annotated[str, typer.Argument(help='Coins, at most 2 decimal places, e.g. "100.50".')],
+    reason: ReasonOpt,
+    workspace: WorkspaceOpt = None,
+    key: KeyOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Credit a workspace (platform admins)."""
+    _post("recharge", amount, reason, workspace, key, output)
+
+
+@billing_app.command("refund")
+def billing_refund(
+    amount: Annotated[str, typer.Argument(help="Coins, at most 2 decimal places.")],
+    reason: ReasonOpt,
+    workspace: WorkspaceOpt = None,
+    key: KeyOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Give coins back to a workspace, e.g. for work lost to the platform (platform admins)."""
+    _post("refund", amount, reason, workspace, key, output)
+
+
+@billing_app.command("adjust")
+def billing_adjust(
+    amount: Annotated[str, typer.Argument(help="Signed coins, e.g. -- -2.50 to debit.")],
+    reason: ReasonOpt,
+    workspace: WorkspaceOpt = None,
+    key: KeyOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Correct a workspace's balance up or down (platform admins)."""
+    _post("adjustment", amount, reason, workspace, key, output)
+
+
+@billing_app.command("verify")
+def billing_verify(output: OutputOpt = Output.table) -> None:
+    """Check that the ledger equals the formula over every closed copy, and every balance its ledger's sum
+    (platform admins). Exit code 1 when something differs."""
+    with client() as api:
+        result = api.verify_billing()
+    if output is not Output.table:
+        out.show(result, output)
+    elif result.ok:
+        typer.echo("The ledger equals the formula over every closed copy; every balance equals its ledger.")
+    else:
+        out.show(
+            result.mismatches,
+            output,
+            [
+                ("WHAT", lambda m: m.what),
+                ("ID", lambda m: m.id),
+                ("EXPECTED", lambda m: m.expected),
+                ("RECORDED", lambda m: m.recorded),
+            ],
+        )
+    if not result.ok:
+        raise CliError("billing_mismatch", f"{len(result.mismatches)} mismatches", exit_code=1)

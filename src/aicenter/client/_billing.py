@@ -1,0 +1,94 @@
+"""Billing: a workspace's balance and ledger; admin recharges, refunds, adjustments and the reconciliation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from decimal import Decimal
+
+from aicenter.client._base import UNSET, BaseClient, body, query
+from aicenter.client.models import ApiModel, Page
+
+
+class Balance(ApiModel):
+    workspace_id: int
+    workspace: str
+    balance: Decimal  # coins; negative when in arrears
+
+
+class LedgerEntry(ApiModel):
+    id: int
+    workspace_id: int
+    kind: str  # charge, recharge, refund, adjustment
+    amount: Decimal  # signed: + credits the workspace
+    machine_hours: Decimal
+    idempotency_key: str
+    job_id: int | None = None
+    replica_id: int | None = None
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    reason: str = ""
+    actor_name: str = ""
+    created_at: datetime | None = None
+
+
+class Mismatch(ApiModel):
+    what: str  # replica or workspace
+    id: int
+    expected: Decimal
+    recorded: Decimal
+
+
+class Verification(ApiModel):
+    ok: bool
+    mismatches: list[Mismatch]
+
+
+class BillingMixin(BaseClient):
+    def balance(self, workspace_id: int) -> Balance:
+        """A workspace's balance in coins (members and platform admins)."""
+        return self._one(Balance, "GET", f"/workspaces/{workspace_id}/balance")
+
+    def ledger_page(
+        self, workspace_id: int, *, kind: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[LedgerEntry]:
+        """One page of a workspace's ledger, newest first; ``kind``: charge, recharge, refund or adjustment."""
+        return self._page(
+            LedgerEntry, f"/workspaces/{workspace_id}/ledger", query(kind=kind), limit=limit, cursor=cursor
+        )
+
+    def ledger(self, workspace_id: int, *, kind: str | None = None) -> Iterator[LedgerEntry]:
+        """Every entry of a workspace's ledger, newest first, fetched page by page as it is iterated."""
+        return self._iterate(lambda cursor: self.ledger_page(workspace_id, kind=kind, cursor=cursor))
+
+    def add_ledger_entry(
+        self,
+        workspace_id: int,
+        kind: str,
+        amount: Decimal | str | int,
+        reason: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> LedgerEntry:
+        """Recharge, refund or adjust a workspace's balance (platform admins).
+
+        Args:
+            kind: ``recharge`` or ``refund`` (credits, more than 0) or ``adjustment`` (either sign, not 0).
+            amount: Coins, at most 2 decimal places (a string or Decimal; floats are refused by the server).
+            reason: Why; kept in the ledger.
+            idempotency_key: Retrying with the same key returns the first entry instead of writing a second.
+
+        Raises:
+            ApiError: ``validation_failed`` (details.field ``amount`` or ``reason``), ``not_found`` (no such
+                workspace), ``forbidden``, ``conflict`` (the key was used for another entry).
+        """
+        return self._one(
+            LedgerEntry,
+            "POST",
+            f"/workspaces/{workspace_id}/ledger",
+            json=body(kind=kind, amount=str(amount), reason=reason, idempotency_key=idempotency_key or UNSET),
+        )
+
+    def verify_billing(self) -> Verification:
+        """Recompute the formula over every closed copy and compare with the ledger (platform admins)."""
+        return self._one(Verification, "GET", "/billing/verify")

@@ -1,0 +1,103 @@
+"""The dialect-specific statements of billing (services compose the rest): insert-if-absent of ledger entries
+and of meter rows, keyed by their unique columns, on SQLite and PostgreSQL alike (``INSERT ... ON CONFLICT DO
+NOTHING``). A concurrent writer of the same key waits on PostgreSQL for the first to commit and then skips."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import BigInteger, DateTime, Table, bindparam, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from aicenter.db.models.billing import BillingMeter, LedgerEntry
+
+_LEDGER = cast(Table, LedgerEntry.__table__)
+_METERS = cast(Table, BillingMeter.__table__)
+
+
+def _insert(session: AsyncSession) -> Any:
+    return sqlite_insert if session.get_bind().dialect.name == "sqlite" else pg_insert
+
+
+async def insert_entries_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Insert ledger entries whose ``idempotency_key`` is new. Returns the keys actually inserted: an entry
+    whose key exists (a retried or concurrent write) is skipped, and its caller must not count it again."""
+    if not rows:
+        return set()
+    statement = _insert(session)(_LEDGER).on_conflict_do_nothing().returning(_LEDGER.c.idempotency_key)
+    result = await session.execute(statement, list(rows))
+    return {key for (key,) in result}
+
+
+async def insert_meters_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[int]:
+    """Insert meter rows whose replica has none yet. Returns the replica ids actually inserted."""
+    if not rows:
+        return set()
+    statement = _insert(session)(_METERS).on_conflict_do_nothing().returning(_METERS.c.replica_id)
+    result = await session.execute(statement, list(rows))
+    return {replica_id for (replica_id,) in result}
+
+
+async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Move meter rows forward, each only from the ``charged_until`` its charge was computed on (``old``):
+    ``{replica_id, old, charged_until, microhours, cents, closed_at}`` per row. Returns how many moved; fewer
+    than given means another writer moved some meanwhile.
+
+    One statement per batch, not one per row (10,000 single-row updates took ~10 s of a metering pass on both
+    databases): SQLite's executemany, whose row count is the sum; on PostgreSQL an ``UPDATE ... FROM
+    unnest(arrays) RETURNING``, since asyncpg reports no row count for executemany.
+    """
+    if not rows:
+        return 0
+    m = _METERS.c
+    if session.get_bind().dialect.name == "sqlite":
+        statement = (
+            update(_METERS)
+            .where(m.replica_id == bindparam("b_replica_id"), m.charged_until == bindparam("b_old"))
+            .values(
+                charged_until=bindparam("b_charged_until"),
+                microhours=bindparam("b_microhours"),
+                cents=bindparam("b_cents"),
+                closed_at=bindparam("b_closed_at"),
+            )
+        )
+        result = await session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
+        return int(result.rowcount)  # type: ignore[attr-defined]
+    result = await session.execute(
+        _ADVANCE_PG,
+        {
+            "ids": [r["replica_id"] for r in rows],
+            "olds": [r["old"] for r in rows],
+            "untils": [r["charged_until"] for r in rows],
+            "microhours": [r["microhours"] for r in rows],
+            "cents": [r["cents"] for r in rows],
+            "closed": [r["closed_at"] for r in rows],
+        },
+    )
+    return len(result.all())
+
+
+# Arrays rather than ``FROM (VALUES ...)``: one constant statement (compiled once) and six parameters, where a
+# VALUES list of 2,000 rows cost ~0.7 s of SQLAlchemy compilation per batch and 12,000 parameters.
+_ADVANCE_PG = text(
+    """
+    UPDATE billing_meters AS m
+    SET charged_until = g.charged_until, microhours = g.microhours, cents = g.cents, closed_at = g.closed_at
+    FROM unnest(CAST(:ids AS BIGINT[]), CAST(:olds AS TIMESTAMPTZ[]), CAST(:untils AS TIMESTAMPTZ[]),
+                CAST(:microhours AS BIGINT[]), CAST(:cents AS BIGINT[]), CAST(:closed AS TIMESTAMPTZ[]))
+         AS g(replica_id, old, charged_until, microhours, cents, closed_at)
+    WHERE m.replica_id = g.replica_id AND m.charged_until = g.old
+    RETURNING m.replica_id
+    """
+).bindparams(
+    bindparam("ids", type_=ARRAY(BigInteger)),
+    bindparam("olds", type_=ARRAY(DateTime(timezone=True))),
+    bindparam("untils", type_=ARRAY(DateTime(timezone=True))),
+    bindparam("microhours", type_=ARRAY(BigInteger)),
+    bindparam("cents", type_=ARRAY(BigInteger)),
+    bindparam("closed", type_=ARRAY(DateTime(timezone=True))),
+)

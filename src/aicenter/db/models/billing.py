@@ -1,0 +1,68 @@
+"""Billing: the append-only ledger and the meter's state per copy (core/billing.py holds the formula).
+
+The account is the workspace: ``Workspace.balance`` is its balance (a personal workspace is its user's
+account), kept equal to the sum of its ledger entries by the services that write both in one transaction.
+Amounts and machine time are integers (cents, micro machine-hours): exact, and summed exactly by SQL, on SQLite
+(whose NUMERIC is a float) and PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from aicenter.core.clock import utcnow
+from aicenter.db.base import Base, BigIntId, IdMixin
+
+
+class LedgerEntry(IdMixin, Base):
+    """One movement of a workspace's balance: a ``charge`` (negative), ``recharge``, ``refund`` or
+    ``adjustment`` (either sign). Never updated nor deleted.
+
+    ``idempotency_key`` is unique: ``charge:<replica id>:<period start>`` for the meter
+    (core.billing.charge_key), the caller's key (or a random one) for an admin's recharge, so a retried write
+    records nothing twice.
+    """
+
+    __tablename__ = "billing_ledger"
+
+    # No foreign keys: the ledger outlives deleted workspaces, jobs and replicas (the history of money).
+    workspace_id: Mapped[int] = mapped_column(BigIntId)
+    kind: Mapped[str] = mapped_column(String(16))
+    amount_cents: Mapped[int] = mapped_column(BigInteger)  # signed: + credits the workspace, - debits it
+    machine_microhours: Mapped[int] = mapped_column(BigInteger, default=0)  # charges: 10^-6 machine-hours
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    job_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    replica_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    period_start: Mapped[datetime | None] = mapped_column(default=None)
+    period_end: Mapped[datetime | None] = mapped_column(default=None)
+    reason: Mapped[str] = mapped_column(String(1024), default="")
+    actor_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    actor_name: Mapped[str] = mapped_column(String(64), default="system")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        Index("ix_billing_ledger_workspace_id_id", "workspace_id", "id"),
+        Index("ix_billing_ledger_replica_id", "replica_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class BillingMeter(Base):
+    """What the meter charged for one copy (replica attempt) so far: up to ``charged_until``, the sums of its
+    charges; ``closed_at`` once the copy ended and its last charge is written. Kept so that a pass reads one row
+    per open copy, not the copy's ledger entries."""
+
+    __tablename__ = "billing_meters"
+
+    replica_id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=False)
+    workspace_id: Mapped[int] = mapped_column(BigIntId)
+    job_id: Mapped[int] = mapped_column(BigIntId)
+    charged_until: Mapped[datetime] = mapped_column()
+    microhours: Mapped[int] = mapped_column(BigInteger, default=0)
+    cents: Mapped[int] = mapped_column(BigInteger, default=0)
+    closed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    __table_args__ = (Index("ix_billing_meters_closed_at", "closed_at"),)
