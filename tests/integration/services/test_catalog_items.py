@@ -299,7 +299,10 @@ async def test_list_page_costs_a_fixed_number_of_queries(db: Database) -> None:
         return len(statements)
 
     for actor, scope in ((p.alice, Scope.MINE), (p.bob, Scope.WORKSPACE), (p.root, Scope.ALL)):
-        small, large = await cost(actor, 5, scope), await cost(actor, 50, scope)
+        # The fewest of two runs: a connection the pool opens afresh, or a cache refilled, may add a statement
+        # to either run whatever its page size; a cost that grew with the page would show in both.
+        small = min([await cost(actor, 5, scope), await cost(actor, 5, scope)])
+        large = min([await cost(actor, 50, scope), await cost(actor, 50, scope)])
         assert small == large, (actor.username, small, large)
         assert large <= 5, large
 
