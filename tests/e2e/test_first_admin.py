@@ -135,6 +135,7 @@ def database_env(request: pytest.FixtureRequest) -> dict[str, str]:
     return {} if request.param == "sqlite" else {"AICENTER_DATABASE_URL": request.getfixturevalue("pg_url")}
 
 
+@pytest.mark.slow  # two server starts per database
 def test_reset_password_on_the_servers_database_signs_the_admin_in_again(
     tmp_path: Path, cli: Cli, database_env: dict[str, str]
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]  # a browser journey
 
 MEMBER_PASSWORD = "bob-Passw0rd-1"
 

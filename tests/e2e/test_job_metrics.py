@@ -15,7 +15,7 @@ import pytest
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # builds a venv image, then runs a job in it
 
 DEADLINE_S = 120.0  # a venv build (ensurepip) plus a job on a shared 2-core machine
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
