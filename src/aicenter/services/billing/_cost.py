@@ -55,9 +55,7 @@ def copies_cost(rows: Iterable[Replica], now: datetime) -> tuple[Decimal, Decima
         end = row.finished_at
         if end is None:
             end, estimated = now, True
-        h = billing.copy_hours(
-            billing.weight_decimal(row.billing_weight), _utc(row.started_at), _utc(end)
-        )
+        h = billing.copy_hours(billing.weight_decimal(row.billing_weight), _utc(row.started_at), _utc(end))
         hours.append(h)
         money.append(billing.cost(h, Decimal(row.price_per_hour)))
     return billing.total(hours), billing.total(money), estimated, len(hours)
