@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
+from aicenter.core.catalog import ItemKind
 from aicenter.core.clock import utcnow
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.engine import Database
@@ -25,6 +26,9 @@ from aicenter.services import billing, jobs, members
 from aicenter.services.context import Actor
 from aicenter.services.inventory import ensure_default_pool
 from tests.factories import ADMIN, Login, make_user
+from tests.integration.api.test_jobs_api import PASSWORD, _logins
+from tests.integration.api.test_services_api import _replica_jobs
+from tests.integration.services.catalog_helpers import entries, make_store, new_item, new_version
 from tests.integration.web.conftest import Browser, OpenBrowser
 
 GiB = 2**30
@@ -256,3 +260,35 @@ async def test_spec_price_finer_than_a_cent_is_refused(db: Database, admin: Brow
     async with db.read() as session:
         price = await session.scalar(select(ResourceSpec.price_per_hour).where(ResourceSpec.name == "cpu-2"))
     assert price == Decimal("0.13")
+
+
+async def test_service_page_shows_its_replicas_cost(
+    db: Database, client: httpx.AsyncClient, tmp_path: Path, open_browser: OpenBrowser
+) -> None:
+    w, h = await _logins(db, client, tmp_path)  # spec cpu-4: weight 2, 1 coin per machine-hour
+    store = make_store(tmp_path)
+    item = await new_item(db, w.p.alice, "iris", kind=ItemKind.MODEL)
+    await new_version(db, w.p.alice, item.id, entries(store, {"model.onnx": b"v1"}), kind=ItemKind.MODEL)
+    body = {"spec": {"name": "iris", "model": "iris:1", "resources": {"spec": "cpu-4"}}}
+    sid = (await client.post("/api/v1/services", json=body, headers=h["alice"])).json()["id"]
+    (job_id,) = await _replica_jobs(db, sid)
+    start = utcnow() - timedelta(minutes=90)
+    async with db.write() as session:
+        await session.execute(update(Replica).where(Replica.job_id == job_id).values(started_at=start))
+
+    bob = await open_browser("bob", PASSWORD)
+    page = await bob.get(f"/services/{sid}")
+    assert page.status_code == 200, page.text
+    assert 'data-testid="service-cost"' in page.text
+    assert 'data-estimated="yes"' in page.text
+
+    async with db.write() as session:
+        await session.execute(
+            update(Replica).where(Replica.job_id == job_id).values(finished_at=start + timedelta(minutes=90))
+        )
+    page = await bob.get(f"/services/{sid}")
+    assert re.search(r'data-testid="cost-hours">3\.000000<', page.text)  # 2 x 1.5 h
+    assert re.search(r'data-testid="cost-amount" data-estimated="no">3\.00<', page.text)
+    r = await client.get(f"/api/v1/services/{sid}/cost", headers=h["alice"])
+    assert (r.json()["machine_hours"], r.json()["amount"], r.json()["estimated"]) == ("3.000000", "3.00", False)
+    assert (await client.get(f"/api/v1/services/{sid}/cost", headers=h["carol"])).status_code == 404
