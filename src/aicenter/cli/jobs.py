@@ -27,7 +27,7 @@ from aicenter.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from aicenter.client import Client
+    from aicenter.client import Client, Cost
     from aicenter.client.models import Job
 
 job_app = typer.Typer(help="Training jobs: submit, list, inspect, follow logs, stop, resubmit.", no_args_is_help=True)
@@ -321,6 +321,11 @@ def list_(
     out.show(shown, output, _JOB_COLUMNS)
 
 
+def _cost_label(cost: Cost) -> str:
+    so_far = f" so far (estimated; {cost.charged:.2f} charged)" if cost.estimated else ""
+    return f"{cost.amount:.2f} coins, {cost.machine_hours} machine-hours{so_far}"
+
+
 @job_app.command("get")
 def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """A job: status and pending reason, tasks, replicas (node, devices), events."""
@@ -329,10 +334,13 @@ def get(job: JobArg, workspace: WorkspaceOpt = None, output: OutputOpt = Output.
         saved = None
         if output is Output.table and found.output_model_version_id is not None:
             saved = _model_reference(api, found.output_model_version_id)
+        cost = api.job_cost(found.id) if output is Output.table else None
     if output is not Output.table:
         out.show(found, output)
         return
-    detail = [*JOB_DETAIL, ("output model", lambda j: saved)] if saved else JOB_DETAIL
+    detail = [*JOB_DETAIL, ("output model", lambda j: saved)] if saved else list(JOB_DETAIL)
+    if cost is not None:
+        detail.append(("cost", lambda j: _cost_label(cost)))
     out.show(found, output, detail)
     for title, rows, columns in (
         ("Tasks", found.spec.get("tasks", []), _TASK_COLUMNS),

@@ -6,7 +6,7 @@
 """
 
 from aicenter.client._base import UNSET
-from aicenter.client._billing import Balance, LedgerEntry, Verification
+from aicenter.client._billing import Balance, Cost, LedgerEntry, Verification
 from aicenter.client._latest import LatestValue
 from aicenter.client._ssh_keys import SshKey
 from aicenter.client.client import Client
@@ -64,6 +64,7 @@ __all__ = [
     "Build",
     "Client",
     "ConnectionFailed",
+    "Cost",
     "CreatedServiceKey",
     "FileInfo",
     "FsckReport",

@@ -44,6 +44,15 @@ class Verification(ApiModel):
     mismatches: list[Mismatch]
 
 
+class Cost(ApiModel):
+    machine_hours: Decimal
+    amount: Decimal  # coins
+    estimated: bool  # a copy still runs: counted up to ``at``
+    charged: Decimal  # what the meter charged so far
+    copies: int
+    at: datetime
+
+
 class BillingMixin(BaseClient):
     def balance(self, workspace_id: int) -> Balance:
         """A workspace's balance in coins (members and platform admins)."""
@@ -92,3 +101,11 @@ class BillingMixin(BaseClient):
     def verify_billing(self) -> Verification:
         """Recompute the formula over every closed copy and compare with the ledger (platform admins)."""
         return self._one(Verification, "GET", "/billing/verify")
+
+    def job_cost(self, job_id: int) -> Cost:
+        """A job's or notebook's machine-hours and cost (estimated up to now while a copy runs)."""
+        return self._one(Cost, "GET", f"/jobs/{job_id}/cost")
+
+    def service_cost(self, service_id: int) -> Cost:
+        """The machine-hours and cost of a service's current replica jobs."""
+        return self._one(Cost, "GET", f"/services/{service_id}/cost")

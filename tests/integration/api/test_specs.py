@@ -92,6 +92,7 @@ async def test_bad_input_changes_nothing(client: httpx.AsyncClient) -> None:
         ({"price_per_hour": "-1"}, "price_per_hour"),
         ({"price_per_hour": "cheap"}, "price_per_hour"),
         ({"price_per_hour": "0.00001"}, "price_per_hour"),
+        ({"price_per_hour": "0.001"}, "price_per_hour"),  # finer than the currency's 0.01
         ({"billing_weight": 0}, "billing_weight"),
         ({"billing_weight": -2}, "billing_weight"),
         ({"accelerators": -1}, "accelerators"),

@@ -155,4 +155,6 @@ def test_job_get_names_the_saved_model_as_a_reference(admin_cli: Run, tmp_path: 
     shown = admin_cli("job", "get", str(job["id"])).stdout  # type: ignore[index]
     row = next(line for line in shown.splitlines() if line.startswith("output model"))
     assert row.split()[-1] == "linreg-model:2"
+    cost = next(line for line in shown.splitlines() if line.startswith("cost"))
+    assert cost.split()[1:] == ["0.00", "coins,", "0.000000", "machine-hours"]  # no copy started: nothing yet
     admin_cli("job", "stop", str(job["id"]))  # type: ignore[index]

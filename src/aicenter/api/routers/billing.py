@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query, status
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
-from aicenter.api.schemas.billing import BalanceOut, EntryCreate, EntryOut, MismatchOut, VerifyOut
+from aicenter.api.schemas.billing import BalanceOut, CostOut, EntryCreate, EntryOut, MismatchOut, VerifyOut
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.core.clock import utcnow
 from aicenter.services import billing
 
 router = APIRouter(prefix="/api/v1", tags=["billing"], responses=ERROR_RESPONSES)
@@ -68,3 +69,16 @@ async def verify(actor: CurrentActor, session: ReadSession) -> VerifyOut:
     of its entries (platform admins)."""
     mismatches = await billing.verify(session, actor)
     return VerifyOut(ok=not mismatches, mismatches=[MismatchOut.model_validate(m) for m in mismatches])
+
+
+@router.get("/jobs/{job_id}/cost", openapi_extra=access(Access.USER))
+async def job_cost(job_id: Id, actor: CurrentActor, session: ReadSession) -> CostOut:
+    """A job's (or notebook's) machine-hours and cost: final once its copies ended, estimated up to now while one
+    runs (members of its workspace, platform admins)."""
+    return CostOut.model_validate(await billing.job_cost(session, actor, job_id, utcnow()))
+
+
+@router.get("/services/{service_id}/cost", openapi_extra=access(Access.USER))
+async def service_cost(service_id: Id, actor: CurrentActor, session: ReadSession) -> CostOut:
+    """The machine-hours and cost of a service's current replica jobs, estimated up to now while they run."""
+    return CostOut.model_validate(await billing.service_cost(session, actor, service_id, utcnow()))

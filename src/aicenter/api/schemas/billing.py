@@ -74,3 +74,14 @@ class MismatchOut(BaseModel):
 class VerifyOut(BaseModel):
     ok: bool = Field(description="True when the ledger equals the formula over every closed copy.")
     mismatches: list[MismatchOut]
+
+
+class CostOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    machine_hours: MachineHours = Field(description="Sum over its copies of billing weight x run time, 6 places.")
+    amount: Coins = Field(description="Sum over its copies of machine-hours x the price snapshotted at submit.")
+    estimated: bool = Field(description="A copy still runs and was counted up to `at`: the figures still grow.")
+    charged: Coins = Field(description="What the meter has charged so far (lags a running estimate by a period).")
+    copies: int = Field(description="Copies (replica attempts) that started.")
+    at: datetime = Field(description="The instant running copies were counted up to.")

@@ -167,7 +167,7 @@ class SpecCreate(Input):
     accelerators: int = Field(default=0, description="Whole devices.")
     accelerator_share: int = Field(default=0, description="Thousandths of one device (1..999), with accelerators=0.")
     accelerator_type: str | None = Field(default=None, max_length=64, description="None: any accelerator type.")
-    price_per_hour: Decimal = Field(description="Coins per machine-hour, at most 4 decimal places.")
+    price_per_hour: Decimal = Field(description="Coins per machine-hour, 0 or more, at most 2 decimal places.")
     billing_weight: float = Field(default=1.0, description="Multiplies machine time; more than 0.")
     pool_id: Id | None = Field(default=None, description="The only pool the spec is usable in; None: every pool.")
     enabled: bool = True

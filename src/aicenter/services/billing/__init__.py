@@ -13,6 +13,7 @@ is updated only from the state the charge was computed on. A pass that loses eit
 that copy (or, when the two disagree, rolls back whole: ``MeterRaced``); the next pass computes it again.
 """
 
+from aicenter.services.billing._cost import CostView, copies_cost, job_cost, service_cost
 from aicenter.services.billing._ledger import (
     MAX_AMOUNT,
     BalanceView,
@@ -26,22 +27,42 @@ from aicenter.services.billing._ledger import (
     refund,
 )
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
+from aicenter.services.billing._overview import (
+    CREDIT_KINDS,
+    AccountView,
+    account,
+    all_accounts,
+    list_entries,
+    month_start,
+    my_accounts,
+)
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
+    "CREDIT_KINDS",
     "MAX_AMOUNT",
+    "AccountView",
     "BalanceView",
+    "CostView",
     "EntryKind",
     "EntryView",
     "MeterRaced",
     "MeterResult",
     "Mismatch",
+    "account",
     "adjust",
+    "all_accounts",
+    "copies_cost",
     "get_balance",
+    "job_cost",
+    "list_entries",
     "list_ledger",
     "meter",
+    "month_start",
+    "my_accounts",
     "parse_amount",
     "recharge",
     "refund",
+    "service_cost",
     "verify",
 ]

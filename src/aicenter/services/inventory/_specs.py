@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from aicenter.core import billing
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_name, check_text
 from aicenter.db.models import Pool, ResourceSpec
@@ -21,7 +22,9 @@ from aicenter.services.inventory._types import types_by_name
 
 MAX_ACCELERATORS = 1024
 MAX_PRICE = Decimal("1e15")  # Numeric(20, 4) holds 16 integer digits
-PRICE_STEP = Decimal("0.0001")
+# Prices are in the currency's smallest unit (core.billing.MINOR_UNIT): a price finer than a coin's cent could
+# not be shown or checked by hand, and the issue refuses it as bad input. The column keeps 4 places (older rows).
+PRICE_STEP = billing.MINOR_UNIT
 
 
 def _price(value: Decimal | str | int | float) -> Decimal:
@@ -34,7 +37,7 @@ def _price(value: Decimal | str | int | float) -> Decimal:
     if price >= MAX_PRICE:
         raise ValidationFailed(f"must be less than {MAX_PRICE:f}", field="price_per_hour")
     if price != price.quantize(PRICE_STEP):
-        raise ValidationFailed("has more than 4 decimal places", field="price_per_hour")
+        raise ValidationFailed("has more than 2 decimal places (the smallest unit is 0.01)", field="price_per_hour")
     return price.quantize(PRICE_STEP)
 
 
@@ -149,7 +152,7 @@ async def create_spec(
         accelerators: Whole devices.
         accelerator_share: Thousandths of one device (1..999) for a fractional spec; then ``accelerators`` is 0.
         accelerator_type: An existing type, or None for "any type".
-        price_per_hour: Coins per machine-hour, at most 4 decimal places.
+        price_per_hour: Coins per machine-hour, at most 2 decimal places.
         billing_weight: Multiplies machine time; more than 0.
         pool_id: The only pool the spec is usable in; None for every pool.
     """

@@ -19,7 +19,7 @@ from aicenter.api.params import Id
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.core.jobs import Framework, JobKind, JobStatus, Priority
-from aicenter.services import catalog, jobs, notebooks
+from aicenter.services import billing, catalog, jobs, notebooks
 from aicenter.services.access import may_read_user_data
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int, parse_key_values
@@ -245,6 +245,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         logs_readable = await may_read_user_data(session, cx.actor, view.job.workspace_id)
         saved_id = view.job.output_model_version_id
         saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
+        cost = await billing.job_cost(session, cx.actor, job_id, utcnow())
     job = view.job
     tasks = [
         {"name": t.get("name", "worker"), "replicas": int(t.get("replicas", 1)), **t} for t in job.spec.get("tasks", [])
@@ -270,6 +271,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         badges=BADGES,
         finished=job.status in FINISHED,
         logs_readable=logs_readable,
+        cost=cost,
     )
 
 

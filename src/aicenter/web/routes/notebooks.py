@@ -25,7 +25,7 @@ from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, Conflict, Forbidden, ValidationFailed
 from aicenter.core.jobs import JobStatus
 from aicenter.core.quantity import format_memory
-from aicenter.services import alerts, catalog, jobs, notebooks
+from aicenter.services import alerts, billing, catalog, jobs, notebooks
 from aicenter.services.access import may_read_user_data
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, message_form, parse_int
@@ -236,6 +236,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         cluster = await alerts.list_events(session, cx.actor, job_id=job_id, limit=50)
         saved_id = view.notebook.saved_version_id
         saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
+        cost = await billing.job_cost(session, cx.actor, job_id, utcnow())
     nb = NotebookOut.from_view(view)
     job = view.job.job
     # One timeline: the job's status changes and the culler's warnings and culls, oldest first.
@@ -269,6 +270,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         can_admin=can_admin,  # stop, delete, idle timeout
         logs_readable=logs_readable,
         default_idle_min=view.idle_timeout_s // 60,
+        cost=cost,
     )
 
 

@@ -17,12 +17,13 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from aicenter.api.params import Id
+from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError
 from aicenter.core.jobs.serving import MODEL_SERVER_RUNTIMES
 from aicenter.core.roles import WorkspaceRole
 from aicenter.core.serving.apidoc import build_api_doc, example_body
 from aicenter.core.serving.spec import AUTO_RUNTIME, RevisionState
-from aicenter.services import serving
+from aicenter.services import billing, serving
 from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
 from aicenter.web.forms import FormState, failed_form, parse_int
 from aicenter.web.pickers import chosen_workspace_id, deploy_choices
@@ -220,6 +221,7 @@ async def service_detail(
         keys = await serving.list_keys(session, cx.actor, service_id) if role is not None else []
         spans = await serving.replica_history(session, cx.actor, service_id)
         events = (await serving.list_service_events(session, cx.actor, service_id, limit=EVENTS_SHOWN)).items
+        cost = await billing.service_cost(session, cx.actor, service_id, utcnow())
     service = view.service
     stable = next((r for r in view.revisions if r.id == service.stable_revision_id), None)
     doc = build_api_doc(
@@ -264,6 +266,7 @@ async def service_detail(
         command_runtime=view.runtime == "command",
         replica_spans=replica_spans_json(spans),
         events=events,
+        cost=cost,
     )
     if new_key is not None:
         response.headers["Cache-Control"] = "no-store"  # the key is shown once: no copy in any cache

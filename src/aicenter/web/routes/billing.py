@@ -1,0 +1,158 @@
+"""Billing in the console: "my balance" (every workspace the user is in), a workspace's pay records (charges)
+and recharge records (recharges, refunds, adjustments), its whole ledger (its admins), and for platform admins
+every workspace's balance, the recharge / refund / adjustment form and the reconciliation.
+
+Thin: each page calls ``services.billing``; who sees what is decided there (members: their workspaces, others
+NotFound; writing and the all-workspaces list: platform admins) and, for the whole ledger, here.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from aicenter.api.params import Id
+from aicenter.core.clock import utcnow
+from aicenter.core.errors import AicenterError, Conflict, Forbidden, ValidationFailed
+from aicenter.services import billing
+from aicenter.web.console import Console, Page, Post, first_page_url, page_url, redirect, render
+from aicenter.web.forms import FormState, failed_form
+from aicenter.web.nav import NAV, NavEntry
+
+router = APIRouter()
+
+NAV.append(
+    NavEntry(
+        "billing",
+        "Billing",
+        "/billing",
+        description="Your workspaces' balances, what their work was charged, and their recharges.",
+    )
+)
+
+ENTRY_FIELDS = ("kind", "amount", "reason")
+ENTRY_KINDS = [
+    (billing.EntryKind.RECHARGE.value, "Recharge (+)"),
+    (billing.EntryKind.REFUND.value, "Refund (+)"),
+    (billing.EntryKind.ADJUSTMENT.value, "Adjustment (+ or -)"),
+]
+_POST = {
+    billing.EntryKind.RECHARGE.value: billing.recharge,
+    billing.EntryKind.REFUND.value: billing.refund,
+    billing.EntryKind.ADJUSTMENT.value: billing.adjust,
+}
+# The tabs of a workspace's billing page: which entries each shows.
+VIEWS = {
+    "charges": ("Pay records", frozenset({billing.EntryKind.CHARGE})),
+    "credits": ("Recharge records", billing.CREDIT_KINDS),
+    "ledger": ("Whole ledger", frozenset(billing.EntryKind)),
+}
+
+
+@router.get("/billing")
+async def billing_index(cx: Page) -> Response:
+    async with cx.ctx.db.read() as session:
+        accounts = await billing.my_accounts(session, cx.actor, utcnow())
+    return render(cx, "billing/index.html", active="billing", title="Billing", accounts=accounts)
+
+
+# --- one workspace ----------------------------------------------------------------------------------------------
+
+
+async def _workspace(
+    cx: Console, workspace_id: int, *, forms: list[FormState] | None = None, status: int = 200
+) -> Response:
+    request = cx.request
+    view = request.query_params.get("view", "charges")
+    if view not in VIEWS:
+        raise ValidationFailed(f'"{view}" is not a view; use one of {", ".join(VIEWS)}', field="view")
+    cursor = request.query_params.get("cursor") or None
+    async with cx.ctx.db.read() as session:
+        account = await billing.account(session, cx.actor, workspace_id, utcnow())  # NotFound for non-members
+        # Members see their own pay and recharge records; the whole ledger in one list is for its admins.
+        may_see_ledger = cx.can_admin_workspace(workspace_id)
+        if view == "ledger" and not may_see_ledger:
+            raise Forbidden("only the workspace's admins and platform admins see its whole ledger")
+        page = await billing.list_entries(session, cx.actor, workspace_id, VIEWS[view][1], limit=50, cursor=cursor)
+    return render(
+        cx,
+        "billing/workspace.html",
+        active="billing",
+        title=f"Billing of {account.workspace}",
+        forms=forms,
+        status=status,
+        account=account,
+        entries=page.items,
+        view=view,
+        views=[(key, label) for key, (label, _) in VIEWS.items() if key != "ledger" or may_see_ledger],
+        next_url=page_url(request, page.next_cursor),
+        first_url=first_page_url(request),
+        entry_kinds=ENTRY_KINDS,
+        # A fresh key per rendered form: submitting it twice (a double click, a resent POST) credits once.
+        new_key=uuid.uuid4().hex,
+    )
+
+
+@router.get("/billing/workspaces/{workspace_id:int}")
+async def workspace_billing(workspace_id: Id, cx: Page) -> Response:
+    return await _workspace(cx, workspace_id)
+
+
+@router.post("/billing/workspaces/{workspace_id:int}/entries")
+async def add_entry(workspace_id: Id, post: Post) -> Response:
+    cx = post.cx
+    kind = post.get("kind")
+    try:
+        write = _POST.get(kind)
+        if write is None:
+            raise ValidationFailed("choose recharge, refund or adjustment", field="kind")
+        async with cx.ctx.db.write() as session:
+            entry = await write(
+                session,
+                cx.actor,
+                workspace_id,
+                post.get("amount"),
+                reason=post.get("reason"),
+                idempotency_key=post.get("idempotency_key") or None,
+            )
+    except AicenterError as exc:
+        values = dict(post.values)
+        if isinstance(exc, Conflict):  # this key is spent on another entry: the corrected form needs a new one
+            values.pop("idempotency_key", None)
+        state = failed_form("billing-entry", values, exc, ENTRY_FIELDS)
+        return await _workspace(cx, workspace_id, forms=[state], status=exc.status)
+    return redirect(
+        cx,
+        f"/billing/workspaces/{workspace_id}?view=credits",
+        f"{entry.kind.value.capitalize()} of {entry.amount:,.2f} coins recorded.",
+    )
+
+
+# --- platform admins --------------------------------------------------------------------------------------------
+
+
+@router.get("/billing/admin")
+async def billing_admin(cx: Page) -> Response:
+    request = cx.request
+    async with cx.ctx.db.read() as session:
+        page = await billing.all_accounts(
+            session, cx.actor, utcnow(), limit=100, cursor=request.query_params.get("cursor") or None
+        )
+    return render(
+        cx,
+        "billing/admin.html",
+        active="billing",
+        title="Billing: every workspace",
+        accounts=page.items,
+        next_url=page_url(request, page.next_cursor),
+        first_url=first_page_url(request),
+    )
+
+
+@router.get("/billing/verify")
+async def billing_verify(cx: Page) -> Response:
+    async with cx.ctx.db.read() as session:
+        mismatches = await billing.verify(session, cx.actor)
+    return render(cx, "billing/verify.html", active="billing", title="Billing verification", mismatches=mismatches)
