@@ -10,7 +10,15 @@ from fastapi import APIRouter, Query, status
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
-from aicenter.api.schemas.billing import BalanceOut, EntryCreate, EntryOut, MismatchOut, VerifyOut
+from aicenter.api.schemas.billing import (
+    BalanceOut,
+    EntryCreate,
+    EntryOut,
+    MismatchOut,
+    PolicyIn,
+    PolicyOut,
+    VerifyOut,
+)
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.services import billing
 
@@ -68,3 +76,26 @@ async def verify(actor: CurrentActor, session: ReadSession) -> VerifyOut:
     of its entries (platform admins)."""
     mismatches = await billing.verify(session, actor)
     return VerifyOut(ok=not mismatches, mismatches=[MismatchOut.model_validate(m) for m in mismatches])
+
+
+@router.get("/workspaces/{workspace_id}/billing-policy", openapi_extra=access(Access.WORKSPACE))
+async def get_policy(workspace_id: Id, actor: CurrentActor, session: ReadSession) -> PolicyOut:
+    """The workspace's billing policy (arrears mode, grace, monthly limit), its phase, balance and this month's
+    spend. No policy set reads as arrears `off` without a limit: nothing is ever refused or stopped."""
+    return PolicyOut.model_validate(await billing.get_policy(session, actor, workspace_id))
+
+
+@router.put("/workspaces/{workspace_id}/billing-policy", openapi_extra=access(Access.ADMIN))
+async def set_policy(workspace_id: Id, body: PolicyIn, actor: CurrentActor, session: WriteSession) -> PolicyOut:
+    """Set the workspace's billing policy (platform admins). An unknown mode, a grace outside 0..43200 minutes or
+    a limit that is not a positive amount of at most 2 decimal places is 422 `validation_failed` naming the
+    field; nothing is written."""
+    view = await billing.set_policy(
+        session,
+        actor,
+        workspace_id,
+        arrears=body.arrears,
+        grace_minutes=body.grace_minutes,
+        monthly_limit=body.monthly_limit,
+    )
+    return PolicyOut.model_validate(view)

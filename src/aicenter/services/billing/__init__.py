@@ -25,6 +25,7 @@ from aicenter.services.billing._ledger import (
     recharge,
     refund,
 )
+from aicenter.services.billing._policy import PolicyView, Transition, admit, evaluate_policies, get_policy, set_policy
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
 from aicenter.services.billing._verify import Mismatch, verify
 
@@ -36,12 +37,18 @@ __all__ = [
     "MeterRaced",
     "MeterResult",
     "Mismatch",
+    "PolicyView",
+    "Transition",
     "adjust",
+    "admit",
+    "evaluate_policies",
     "get_balance",
+    "get_policy",
     "list_ledger",
     "meter",
     "parse_amount",
     "recharge",
     "refund",
+    "set_policy",
     "verify",
 ]
