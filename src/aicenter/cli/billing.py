@@ -187,9 +187,7 @@ def policy_set(
     """Set the workspace's billing policy (platform admins). A workspace with a policy (not off, or a limit) is
     refused new work while its balance is not positive or its month's charges reach the limit."""
     with client() as api:
-        policy = api.set_billing_policy(
-            workspace_id(api, workspace), arrears, grace_minutes=grace, monthly_limit=limit
-        )
+        policy = api.set_billing_policy(workspace_id(api, workspace), arrears, grace_minutes=grace, monthly_limit=limit)
     if output is Output.table:
         typer.echo(_describe(policy))
     else:

@@ -17,10 +17,10 @@ from datetime import timedelta
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import Controller, replica_name
+from aicenter.core.billing_policy import Action
 from aicenter.core.clock import utcnow
 from aicenter.db import leases
 from aicenter.db.engine import Database
-from aicenter.core.billing_policy import Action
 from aicenter.services import billing, jobs, serving
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,6 @@ class BillingController(Controller):
         if total.entries:
             log.info("billing: %d charges (%d copies closed), %d cents", total.entries, total.closed, total.cents)
         return total
-
 
     async def run_policies(self) -> list[billing.Transition] | None:
         """After metering: move every workspace with a billing policy one step (warn, stop after the grace,

@@ -134,7 +134,8 @@ async def test_monthly_spending_limit_refuses_with_spend_and_limit(
     assert refused.status_code == 402, refused.text
     error = refused.json()["error"]
     assert error["code"] == "spending_limit_reached"
-    assert "spent 4.00 coins this month" in error["message"] and "monthly limit is 3.00" in error["message"]
+    assert "spent 4.00 coins this month" in error["message"]
+    assert "monthly limit is 3.00" in error["message"]
     assert (error["details"]["month_spend"], error["details"]["monthly_limit"]) == ("4.00", "3.00")
 
     r = await client.put(_policy_url(ws), json={"arrears": "off", "monthly_limit": "10.00"}, headers=h["admin"])
@@ -227,7 +228,8 @@ async def test_arrears_stop_after_grace_once_per_transition_and_recovery(
     assert await _job_status(db, nb) == ("running", "arrears", True)
     assert await _job_status(db, queued) == ("stopped", "arrears", True)
     shown = (await client.get(f"/api/v1/services/{sid}", headers=h["alice"])).json()
-    assert shown["status"] == "stopped" and "arrears" in shown["message"]
+    assert shown["status"] == "stopped"
+    assert "arrears" in shown["message"]
     assert (await client.get(_policy_url(ws), headers=h["alice"])).json()["phase"] == "stopped"
 
     await _recharge(db, ws, "100")

@@ -25,8 +25,8 @@ from aicenter.services.billing._ledger import (
     recharge,
     refund,
 )
-from aicenter.services.billing._policy import PolicyView, Transition, admit, evaluate_policies, get_policy, set_policy
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
+from aicenter.services.billing._policy import PolicyView, Transition, admit, evaluate_policies, get_policy, set_policy
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [

@@ -194,7 +194,9 @@ async def set_policy(
     row.updated_by = actor.username
     shown_limit = None if limit is None else str(Decimal(limit).scaleb(-billing.MINOR_PLACES))
     details = {"arrears": mode.value, "grace_minutes": grace, "monthly_limit": shown_limit}
-    audit.record(session, actor, "billing.policy", "workspace", workspace_id, workspace_id=workspace_id, details=details)
+    audit.record(
+        session, actor, "billing.policy", "workspace", workspace_id, workspace_id=workspace_id, details=details
+    )
     await session.flush()
     return await get_policy(session, actor, workspace_id)
 
@@ -222,7 +224,9 @@ async def evaluate_policies(session: AsyncSession, now: datetime) -> list[Transi
     """Move every workspace with a policy one step (``core.billing_policy.decide``), store the new phase and
     record one event per action; returns the transitions, whose ``stop`` actions the caller carries out in the
     same transaction. Rows are locked, so two evaluators cannot both see the same transition."""
-    rows = list((await session.scalars(select(BillingPolicy).order_by(BillingPolicy.workspace_id).with_for_update())).all())
+    rows = list(
+        (await session.scalars(select(BillingPolicy).order_by(BillingPolicy.workspace_id).with_for_update())).all()
+    )
     if not rows:
         return []
     ids = [r.workspace_id for r in rows]
@@ -257,4 +261,3 @@ async def evaluate_policies(session: AsyncSession, now: datetime) -> list[Transi
         if changed or decision.actions:
             out.append(Transition(workspace.id, workspace.name, decision))
     return out
-

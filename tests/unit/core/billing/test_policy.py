@@ -37,7 +37,8 @@ def test_a_balance_not_positive_is_arrears_and_refused_with_the_balance(balance:
     policy = Policy(ArrearsMode.WARN)
     assert arrears_cause(policy, Standing(balance)) is Cause.BALANCE
     message = refusal("vision", policy, Standing(balance))
-    assert message is not None and f"balance is {balance / 100:.2f} coins" in message
+    assert message is not None
+    assert f"balance is {balance / 100:.2f} coins" in message
     assert "recharge" in message
 
 
@@ -52,7 +53,9 @@ def test_monthly_limit_reached_is_arrears_even_with_money_and_mode_off() -> None
     assert arrears_cause(policy, Standing(10_000, 49_999)) is None
     assert arrears_cause(policy, Standing(10_000, 50_000)) is Cause.LIMIT
     message = refusal("vision", policy, Standing(10_000, 50_000))
-    assert message is not None and "spent 500.00 coins this month" in message and "limit is 500.00" in message
+    assert message is not None
+    assert "spent 500.00 coins this month" in message
+    assert "limit is 500.00" in message
     # Mode off with a limit refuses new work but tracks and stops nothing.
     assert decide(policy, Phase.OK, None, Standing(10_000, 50_000), T0) == decide(policy, Phase.OK, None, RICH, T0)
 
