@@ -262,3 +262,22 @@ async def test_spending_limit_reached_stops_like_arrears(
     assert await _job_status(db, job) == ("running", "arrears", True)
     policy = (await client.get(_policy_url(ws), headers=h["alice"])).json()
     assert (policy["phase"], policy["cause"], policy["month_spend"]) == ("stopped", "limit", "4.00")
+
+
+async def test_balance_ratio_feeds_the_balance_low_alert_rule(
+    db: Database, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    from aicenter.services import alerts
+
+    w, h = await _logins(db, client, tmp_path)
+    await _recharge(db, w.p.ws, "0.50")
+    await _recharge(db, w.p.carol_ws, "-1")
+    facts = {"billing.balance_ratio"}
+    async with db.read() as session:  # no policy anywhere: no values (a fresh install warns about nothing)
+        assert (await alerts.gather_facts(session, facts, utcnow(), None))["billing.balance_ratio"] == []
+    await client.put(_policy_url(w.p.ws), json={"arrears": "warn", "monthly_limit": "10"}, headers=h["admin"])
+    await client.put(_policy_url(w.p.carol_ws), json={"arrears": "stop"}, headers=h["admin"])
+    async with db.read() as session:
+        elements = (await alerts.gather_facts(session, facts, utcnow(), None))["billing.balance_ratio"]
+    got = sorted((e.labels["workspace"], e.workspace_id, e.value) for e in elements)
+    assert got == [("alice", w.p.ws, 0.05), ("carol", w.p.carol_ws, -1.0)]

@@ -26,7 +26,16 @@ from aicenter.services.billing._ledger import (
     refund,
 )
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
-from aicenter.services.billing._policy import PolicyView, Transition, admit, evaluate_policies, get_policy, set_policy
+from aicenter.services.billing._policy import (
+    PolicyView,
+    Transition,
+    admit,
+    balance_ratio,
+    evaluate_policies,
+    get_policy,
+    register_facts,
+    set_policy,
+)
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
@@ -41,6 +50,7 @@ __all__ = [
     "Transition",
     "adjust",
     "admit",
+    "balance_ratio",
     "evaluate_policies",
     "get_balance",
     "get_policy",
@@ -49,6 +59,7 @@ __all__ = [
     "parse_amount",
     "recharge",
     "refund",
+    "register_facts",
     "set_policy",
     "verify",
 ]

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
 from aicenter.core import billing_policy as core
-from aicenter.core.alerts import Severity
+from aicenter.core.alerts import Element, Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import InsufficientBalance, NotFound, SpendingLimitReached, ValidationFailed
 from aicenter.db.models import BillingPolicy, LedgerEntry, Workspace
@@ -261,3 +261,27 @@ async def evaluate_policies(session: AsyncSession, now: datetime) -> list[Transi
         if changed or decision.actions:
             out.append(Transition(workspace.id, workspace.name, decision))
     return out
+
+
+async def balance_ratio(session: AsyncSession, now: datetime) -> list[Element]:
+    """The alert fact ``billing.balance_ratio`` (the built-in rule ``balance-low`` fires below 0.1), one element
+    per workspace with a policy: its balance / its monthly limit; without a limit, 1 while the balance is
+    positive and the balance itself (0 or less) once it is not. Workspaces without a policy have no element:
+    nothing is billed strictly there, nothing to warn about."""
+    rows = list((await session.scalars(select(BillingPolicy))).all())
+    strict = {r.workspace_id: _policy_of(r) for r in rows if _policy_of(r).strict}
+    if not strict:
+        return []
+    workspaces = (await session.scalars(select(Workspace).where(Workspace.id.in_(list(strict))))).all()
+    out = []
+    for workspace in workspaces:
+        limit = strict[workspace.id].monthly_limit_cents
+        cents = _cents(workspace.balance)
+        value = cents / limit if limit else (1.0 if cents > 0 else cents / 100)
+        out.append(Element({"workspace": workspace.name}, value, workspace.id))
+    return out
+
+
+def register_facts() -> None:
+    """Plug ``billing.balance_ratio`` into the alert evaluator (the app factory calls it; once)."""
+    alerts.EXTRA_FACTS.setdefault("billing.balance_ratio", balance_ratio)
