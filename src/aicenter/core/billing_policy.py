@@ -29,6 +29,7 @@ __all__ = [
     "Policy",
     "Standing",
     "arrears_cause",
+    "coins",
     "decide",
     "month_start",
     "refusal",
@@ -104,7 +105,8 @@ def arrears_cause(policy: Policy, standing: Standing) -> Cause | None:
     return None
 
 
-def _coins(cents: int) -> str:
+def coins(cents: int) -> str:
+    """Cents as coins with 2 places ("-3.20", "0.00"), as messages and details show them."""
     return f"{Decimal(cents).scaleb(-2):.2f}"
 
 
@@ -113,14 +115,14 @@ def refusal(workspace: str, policy: Policy, standing: Standing) -> str | None:
     cause = arrears_cause(policy, standing)
     if cause is Cause.BALANCE:
         return (
-            f"workspace {workspace}'s balance is {_coins(standing.balance_cents)} coins; "
+            f"workspace {workspace}'s balance is {coins(standing.balance_cents)} coins; "
             "ask a platform admin to recharge"
         )
     if cause is Cause.LIMIT:
         assert policy.monthly_limit_cents is not None
         return (
-            f"workspace {workspace} spent {_coins(standing.month_spend_cents)} coins this month, its monthly limit "
-            f"is {_coins(policy.monthly_limit_cents)}; ask a platform admin to raise the limit, or wait for next month"
+            f"workspace {workspace} spent {coins(standing.month_spend_cents)} coins this month, its monthly limit "
+            f"is {coins(policy.monthly_limit_cents)}; ask a platform admin to raise the limit, or wait for next month"
         )
     return None
 

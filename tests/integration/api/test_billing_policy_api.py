@@ -75,6 +75,9 @@ async def test_admission_refuses_in_arrears_and_admits_after_a_recharge(
     r = await client.put(_policy_url(ws), json={"arrears": "warn"}, headers=h["admin"])
     assert r.status_code == 200, r.text
     assert (r.json()["arrears"], r.json()["phase"], r.json()["balance"]) == ("warn", "ok", "0.00")
+    at_zero = await client.post("/api/v1/jobs", json={"spec": spec(name="t0")}, headers=h["alice"])
+    assert (at_zero.status_code, at_zero.json()["error"]["details"]["balance"]) == (402, "0.00")
+    assert "balance is 0.00 coins" in at_zero.json()["error"]["message"]
     await _recharge(db, ws, "-3.20")
 
     before = (await _count(db, Job), await _count(db, Service))

@@ -104,12 +104,11 @@ async def admit(session: AsyncSession, workspace_id: int) -> None:
     message = core.refusal(workspace.name, policy, standing)
     if message is None:
         return
-    balance = Decimal(standing.balance_cents).scaleb(-billing.MINOR_PLACES)
-    details: dict[str, Any] = {"workspace_id": workspace.id, "balance": str(balance)}
+    details: dict[str, Any] = {"workspace_id": workspace.id, "balance": core.coins(standing.balance_cents)}
     if core.arrears_cause(policy, standing) is core.Cause.LIMIT:
         assert policy.monthly_limit_cents is not None
-        details["month_spend"] = str(Decimal(standing.month_spend_cents).scaleb(-billing.MINOR_PLACES))
-        details["monthly_limit"] = str(Decimal(policy.monthly_limit_cents).scaleb(-billing.MINOR_PLACES))
+        details["month_spend"] = core.coins(standing.month_spend_cents)
+        details["monthly_limit"] = core.coins(policy.monthly_limit_cents)
         raise SpendingLimitReached(message, details=details)
     raise InsufficientBalance(message, details=details)
 
@@ -192,7 +191,7 @@ async def set_policy(
     row.monthly_limit_cents = limit
     row.updated_at = utcnow()
     row.updated_by = actor.username
-    shown_limit = None if limit is None else str(Decimal(limit).scaleb(-billing.MINOR_PLACES))
+    shown_limit = None if limit is None else core.coins(limit)
     details = {"arrears": mode.value, "grace_minutes": grace, "monthly_limit": shown_limit}
     audit.record(
         session, actor, "billing.policy", "workspace", workspace_id, workspace_id=workspace_id, details=details
@@ -253,8 +252,8 @@ async def evaluate_policies(session: AsyncSession, now: datetime) -> list[Transi
                 severity=severity,
                 workspace_id=workspace.id,
                 details={
-                    "balance": str(Decimal(standing.balance_cents).scaleb(-billing.MINOR_PLACES)),
-                    "month_spend": str(Decimal(standing.month_spend_cents).scaleb(-billing.MINOR_PLACES)),
+                    "balance": core.coins(standing.balance_cents),
+                    "month_spend": core.coins(standing.month_spend_cents),
                     "cause": decision.cause.value if decision.cause else None,
                 },
             )

@@ -14,6 +14,7 @@ from aicenter.core.billing_policy import (
     Policy,
     Standing,
     arrears_cause,
+    coins,
     decide,
     month_start,
     refusal,
@@ -114,3 +115,9 @@ def test_turning_the_policy_off_returns_to_ok_silently() -> None:
 def test_month_start_is_the_utc_calendar_month() -> None:
     assert month_start(datetime(2026, 3, 31, 23, 59, 59, 999999, tzinfo=UTC)) == datetime(2026, 3, 1, tzinfo=UTC)
     assert month_start(datetime(2026, 3, 1, tzinfo=UTC)) == datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("cents", "shown"), [(0, "0.00"), (-320, "-3.20"), (5, "0.05"), (123_456, "1234.56")])
+def test_coins_always_show_two_places(cents: int, shown: str) -> None:
+    assert coins(cents) == shown
+    assert refusal("w", Policy(ArrearsMode.WARN), Standing(min(cents, 0))) is not None
