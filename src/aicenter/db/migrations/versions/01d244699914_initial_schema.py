@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: cf6f7d8abe81
+Revision ID: 01d244699914
 Revises: 
-Create Date: 2026-12-06 02:35:22.128711
+Create Date: 2026-12-06 02:44:27.624062
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'cf6f7d8abe81'
+revision: str = '01d244699914'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
