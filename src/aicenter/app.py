@@ -42,6 +42,7 @@ from aicenter.executors.base import Executor
 from aicenter.executors.local import LocalExecutor, unsandboxed_reason
 from aicenter.gateway.notebooks import NotebookGateway
 from aicenter.gateway.ssh_notebooks import refresh_keys_soon, start_ssh_gateway
+from aicenter.services import billing as services_billing
 from aicenter.services import jobs as services_jobs
 from aicenter.services.auth import TokenVerifier, use_password_profile
 from aicenter.services.bootstrap import BootstrapResult, bootstrap
@@ -185,6 +186,7 @@ def create_app(
     # The jobs' quota usage and "version in use" checks, plugged into those areas here, where the app is
     # assembled, rather than as a side effect of some module's import.
     services_jobs.register_usage()
+    services_billing.register_facts()  # billing.balance_ratio for the alert rule balance-low
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

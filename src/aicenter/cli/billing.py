@@ -10,6 +10,7 @@ import typer
 
 from aicenter.cli import output as out
 from aicenter.cli.common import CliError, Output, OutputOpt, client, workspace_id
+from aicenter.client import BillingPolicy
 
 billing_app = typer.Typer(help="Machine-time billing: balances, the ledger, recharges.", no_args_is_help=True)
 
@@ -46,9 +47,12 @@ _LEDGER_COLUMNS: list[out.Column] = [
 def billing_balance(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
     """The workspace's balance in coins."""
     with client() as api:
-        balance = api.balance(workspace_id(api, workspace))
-    if output is Output.table:
+        ws = workspace_id(api, workspace)
+        balance = api.balance(ws)
+        policy = api.billing_policy(ws) if output is Output.table else None
+    if policy is not None:
         typer.echo(f"{balance.workspace}: {balance.balance:.2f} coins")
+        typer.echo(_describe(policy))
     else:
         out.show(balance, output)
 
@@ -134,3 +138,57 @@ def billing_verify(output: OutputOpt = Output.table) -> None:
         )
     if not result.ok:
         raise CliError("billing_mismatch", f"{len(result.mismatches)} mismatches", exit_code=1)
+
+
+policy_app = typer.Typer(
+    help="A workspace's billing policy: arrears (off, warn, stop after a grace) and a monthly limit.",
+    no_args_is_help=True,
+)
+billing_app.add_typer(policy_app, name="policy")
+
+
+def _describe(policy: BillingPolicy) -> str:
+    """One line: the policy, this month's spend against the limit, and the phase."""
+    if policy.arrears == "stop":
+        rule = f"arrears stop work after {policy.grace_minutes} min"
+    elif policy.arrears == "warn":
+        rule = "arrears warn and refuse new work"
+    else:
+        rule = "arrears off"
+    limit = f"{policy.monthly_limit:.2f}" if policy.monthly_limit is not None else "no limit"
+    state = policy.phase
+    if policy.phase != "ok" and policy.arrears_since is not None:
+        state += f" since {policy.arrears_since:%Y-%m-%d %H:%M} UTC ({policy.cause})"
+    return f"policy: {rule}; this month {policy.month_spend:.2f} of {limit}; {state}"
+
+
+@policy_app.command("get")
+def policy_get(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table) -> None:
+    """Show the workspace's billing policy and whether it is in arrears."""
+    with client() as api:
+        policy = api.billing_policy(workspace_id(api, workspace))
+    if output is Output.table:
+        typer.echo(f"{policy.workspace}: {policy.balance:.2f} coins")
+        typer.echo(_describe(policy))
+    else:
+        out.show(policy, output)
+
+
+@policy_app.command("set")
+def policy_set(
+    arrears: Annotated[str, typer.Argument(help="off, warn (refuse new work) or stop (also stop running work).")],
+    workspace: WorkspaceOpt = None,
+    grace: Annotated[int, typer.Option("--grace", help="Minutes in arrears before work stops (stop).")] = 0,
+    limit: Annotated[
+        str | None, typer.Option("--limit", help='Coins per calendar month (UTC), e.g. "500"; omit for none.')
+    ] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set the workspace's billing policy (platform admins). A workspace with a policy (not off, or a limit) is
+    refused new work while its balance is not positive or its month's charges reach the limit."""
+    with client() as api:
+        policy = api.set_billing_policy(workspace_id(api, workspace), arrears, grace_minutes=grace, monthly_limit=limit)
+    if output is Output.table:
+        typer.echo(_describe(policy))
+    else:
+        out.show(policy, output)

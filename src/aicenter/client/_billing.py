@@ -53,6 +53,19 @@ class Cost(ApiModel):
     at: datetime
 
 
+class BillingPolicy(ApiModel):
+    workspace_id: int
+    workspace: str
+    arrears: str  # off, warn or stop
+    grace_minutes: int
+    monthly_limit: Decimal | None = None  # None: no limit
+    phase: str  # ok, warned or stopped
+    arrears_since: datetime | None = None
+    cause: str | None = None  # balance or limit, while in arrears
+    balance: Decimal
+    month_spend: Decimal  # coins charged since the start of this month (UTC)
+
+
 class BillingMixin(BaseClient):
     def balance(self, workspace_id: int) -> Balance:
         """A workspace's balance in coins (members and platform admins)."""
@@ -109,3 +122,34 @@ class BillingMixin(BaseClient):
     def service_cost(self, service_id: int) -> Cost:
         """The machine-hours and cost of a service's current replica jobs."""
         return self._one(Cost, "GET", f"/services/{service_id}/cost")
+
+    def billing_policy(self, workspace_id: int) -> BillingPolicy:
+        """A workspace's billing policy, phase, balance and this month's spend (members and platform admins)."""
+        return self._one(BillingPolicy, "GET", f"/workspaces/{workspace_id}/billing-policy")
+
+    def set_billing_policy(
+        self,
+        workspace_id: int,
+        arrears: str,
+        *,
+        grace_minutes: int = 0,
+        monthly_limit: Decimal | str | int | None = None,
+    ) -> BillingPolicy:
+        """Set a workspace's billing policy (platform admins).
+
+        Args:
+            arrears: ``off``, ``warn`` (new work refused in arrears) or ``stop`` (also stops its notebooks and
+                jobs and scales its services to zero after ``grace_minutes``).
+            monthly_limit: Coins charged per calendar month (UTC) at most; None: no limit.
+
+        Raises:
+            ApiError: ``validation_failed`` naming ``arrears``, ``grace_minutes`` or ``monthly_limit``;
+                ``forbidden``; ``not_found``.
+        """
+        limit = None if monthly_limit is None else str(monthly_limit)
+        return self._one(
+            BillingPolicy,
+            "PUT",
+            f"/workspaces/{workspace_id}/billing-policy",
+            json={"arrears": arrears, "grace_minutes": grace_minutes, "monthly_limit": limit},
+        )

@@ -17,10 +17,11 @@ from datetime import timedelta
 from aicenter.config import Settings
 from aicenter.context import AppContext
 from aicenter.controllers.base import Controller, replica_name
+from aicenter.core.billing_policy import Action
 from aicenter.core.clock import utcnow
 from aicenter.db import leases
 from aicenter.db.engine import Database
-from aicenter.services import billing
+from aicenter.services import billing, jobs, serving
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ class BillingController(Controller):
             self.lease = await leases.acquire(self.db, LEASE_NAME, self.owner, ttl_s=self._ttl_s)
             if self.lease is None:
                 return
-        await self.run_pass()
+        if await self.run_pass() is not None:
+            await self.run_policies()
 
     async def run_pass(self) -> billing.MeterResult | None:
         """One pass over every open copy, in batches; None when the lease was lost (nothing more written)."""
@@ -90,6 +92,26 @@ class BillingController(Controller):
         if total.entries:
             log.info("billing: %d charges (%d copies closed), %d cents", total.entries, total.closed, total.cents)
         return total
+
+    async def run_policies(self) -> list[billing.Transition] | None:
+        """After metering: move every workspace with a billing policy one step (warn, stop after the grace,
+        recover), carrying out its stops in the same transaction as its new phase, so a crash neither loses a
+        stop nor writes its events twice. None when the lease was lost."""
+        assert self.lease is not None
+        async with self.db.write() as session:
+            if not await leases.renew_in(session, self.lease, ttl_s=self._ttl_s):
+                self.lease = None
+                return None
+            transitions = await billing.evaluate_policies(session, utcnow())
+            for t in transitions:
+                if Action.STOP in t.decision.actions:
+                    stopped = await jobs.stop_for_arrears(session, t.workspace_id)
+                    services = await serving.stop_for_arrears(session, t.workspace_id, t.workspace)
+                    log.warning(
+                        "billing: workspace %s in arrears: stopping jobs %s and services %s",
+                        t.workspace, stopped, services,
+                    )  # fmt: skip
+        return transitions
 
 
 def build(ctx: AppContext) -> BillingController | None:

@@ -132,3 +132,18 @@ class SshKeyInvalid(ValidationFailed):
     """A public key that does not parse, is a private key, or is of a refused type or size (DSA, RSA < 2048)."""
 
     code = "ssh_key_invalid"
+
+
+class InsufficientBalance(AicenterError):
+    """New work refused: the paying workspace is in arrears (balance not positive). ``details`` holds
+    ``workspace_id`` and ``balance``."""
+
+    code = "insufficient_balance"
+    status = 402
+
+
+class SpendingLimitReached(InsufficientBalance):
+    """New work refused: the workspace's charges this month reached its monthly limit. ``details`` holds
+    ``workspace_id``, ``month_spend`` and ``monthly_limit``."""
+
+    code = "spending_limit_reached"

@@ -32,3 +32,23 @@ def test_bad_amount_is_a_clear_error(admin_cli: Run) -> None:
     assert r.exit_code != 0
     assert "amount" in r.output
     assert "2 decimal places" in r.output
+
+
+def test_policy_set_get_and_shown_with_the_balance(admin_cli: Run) -> None:
+    r = admin_cli("billing", "policy", "get")
+    assert r.exit_code == 0, r.output
+    assert "policy: arrears off; this month 0.00 of no limit; ok" in r.stdout
+    r = admin_cli("billing", "policy", "set", "stop", "--grace", "30", "--limit", "500")
+    assert r.exit_code == 0, r.output
+    assert "arrears stop work after 30 min" in r.stdout
+    assert "of 500.00" in r.stdout
+    shown = json.loads(admin_cli("billing", "policy", "get", "-o", "json").stdout)
+    assert (shown["arrears"], shown["grace_minutes"], shown["monthly_limit"]) == ("stop", 30, "500.00")
+    assert "arrears stop work after 30 min" in admin_cli("billing", "balance").stdout
+    r = admin_cli("billing", "policy", "set", "sometimes")
+    assert r.exit_code != 0
+    assert "arrears" in r.output
+    assert "off, warn, stop" in r.output
+    r = admin_cli("billing", "policy", "set", "off")  # off without a limit: nothing is refused any more
+    assert r.exit_code == 0, r.output
+    assert "arrears off; this month 0.00 of no limit" in r.stdout

@@ -10,10 +10,19 @@ from fastapi import APIRouter, Query, status
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
-from aicenter.api.schemas.billing import BalanceOut, CostOut, EntryCreate, EntryOut, MismatchOut, VerifyOut
+from aicenter.api.schemas.billing import (
+    BalanceOut,
+    CostOut,
+    EntryCreate,
+    EntryOut,
+    MismatchOut,
+    PolicyIn,
+    PolicyOut,
+    VerifyOut,
+)
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
 from aicenter.core.clock import utcnow
-from aicenter.services import billing
+from aicenter.services import billing, jobs, serving
 
 router = APIRouter(prefix="/api/v1", tags=["billing"], responses=ERROR_RESPONSES)
 
@@ -75,10 +84,35 @@ async def verify(actor: CurrentActor, session: ReadSession) -> VerifyOut:
 async def job_cost(job_id: Id, actor: CurrentActor, session: ReadSession) -> CostOut:
     """A job's (or notebook's) machine-hours and cost: final once its copies ended, estimated up to now while one
     runs (members of its workspace, platform admins)."""
-    return CostOut.model_validate(await billing.job_cost(session, actor, job_id, utcnow()))
+    job = await jobs.load_job(session, actor, job_id)  # members of its workspace, platform admins; else 404
+    return CostOut.model_validate(await billing.job_cost(session, job.id, utcnow()))
 
 
 @router.get("/services/{service_id}/cost", openapi_extra=access(Access.USER))
 async def service_cost(service_id: Id, actor: CurrentActor, session: ReadSession) -> CostOut:
     """The machine-hours and cost of a service's current replica jobs, estimated up to now while they run."""
-    return CostOut.model_validate(await billing.service_cost(session, actor, service_id, utcnow()))
+    service = await serving.load_service(session, actor, service_id)
+    return CostOut.model_validate(await billing.service_cost(session, service.id, utcnow()))
+
+
+@router.get("/workspaces/{workspace_id}/billing-policy", openapi_extra=access(Access.WORKSPACE))
+async def get_policy(workspace_id: Id, actor: CurrentActor, session: ReadSession) -> PolicyOut:
+    """The workspace's billing policy (arrears mode, grace, monthly limit), its phase, balance and this month's
+    spend. No policy set reads as arrears `off` without a limit: nothing is ever refused or stopped."""
+    return PolicyOut.model_validate(await billing.get_policy(session, actor, workspace_id))
+
+
+@router.put("/workspaces/{workspace_id}/billing-policy", openapi_extra=access(Access.ADMIN))
+async def set_policy(workspace_id: Id, body: PolicyIn, actor: CurrentActor, session: WriteSession) -> PolicyOut:
+    """Set the workspace's billing policy (platform admins). An unknown mode, a grace outside 0..43200 minutes or
+    a limit that is not a positive amount of at most 2 decimal places is 422 `validation_failed` naming the
+    field; nothing is written."""
+    view = await billing.set_policy(
+        session,
+        actor,
+        workspace_id,
+        arrears=body.arrears,
+        grace_minutes=body.grace_minutes,
+        monthly_limit=body.monthly_limit,
+    )
+    return PolicyOut.model_validate(view)

@@ -85,3 +85,32 @@ class CostOut(BaseModel):
     charged: Coins = Field(description="What the meter has charged so far (lags a running estimate by a period).")
     copies: int = Field(description="Copies (replica attempts) that started.")
     at: datetime = Field(description="The instant running copies were counted up to.")
+
+
+class PolicyIn(Input):
+    arrears: str = Field(
+        max_length=16,
+        description="off (nothing happens), warn (new work refused, an event), or stop (as warn, and after "
+        "grace_minutes its notebooks and jobs stop and its services scale to zero).",
+    )
+    grace_minutes: int = Field(default=0, description="Minutes in arrears before a stop, 0 to 43200 (30 days).")
+    monthly_limit: str | None = Field(
+        default=None,
+        max_length=32,
+        description='Coins charged per calendar month (UTC) at most, e.g. "500.00"; null: no limit.',
+    )
+
+
+class PolicyOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    workspace_id: int
+    workspace: str
+    arrears: str = Field(description="off, warn or stop.")
+    grace_minutes: int
+    monthly_limit: Coins | None = Field(description="null: no limit.")
+    phase: str = Field(description="ok, warned (in arrears since arrears_since) or stopped (its work was stopped).")
+    arrears_since: datetime | None
+    cause: str | None = Field(description="balance or limit, while in arrears.")
+    balance: Coins
+    month_spend: Coins = Field(description="Coins charged since the start of this month (UTC).")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Index, String
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.core.clock import utcnow
@@ -66,3 +66,26 @@ class BillingMeter(Base):
     closed_at: Mapped[datetime | None] = mapped_column(default=None)
 
     __table_args__ = (Index("ix_billing_meters_closed_at", "closed_at"),)
+
+
+class BillingPolicy(Base):
+    """A workspace's billing policy, set by platform admins, and the billing controller's state for it.
+
+    No row (the default) is the policy ``off`` without a limit: the workspace is never refused nor stopped for
+    money (core.billing_policy). ``phase``/``arrears_since``/``cause`` are written by the controller only, one
+    transition at a time, so its events are written once per transition.
+    """
+
+    __tablename__ = "billing_policies"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigIntId, ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    arrears: Mapped[str] = mapped_column(String(8), default="off")  # off | warn | stop
+    grace_minutes: Mapped[int] = mapped_column(Integer, default=0)
+    monthly_limit_cents: Mapped[int | None] = mapped_column(BigInteger, default=None)  # None: no limit
+    phase: Mapped[str] = mapped_column(String(16), default="ok")  # ok | warned | stopped
+    arrears_since: Mapped[datetime | None] = mapped_column(default=None)
+    cause: Mapped[str | None] = mapped_column(String(16), default=None)  # balance | limit
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_by: Mapped[str] = mapped_column(String(64), default="")

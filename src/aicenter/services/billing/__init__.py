@@ -36,6 +36,16 @@ from aicenter.services.billing._overview import (
     month_start,
     my_accounts,
 )
+from aicenter.services.billing._policy import (
+    PolicyView,
+    Transition,
+    admit,
+    balance_ratio,
+    evaluate_policies,
+    get_policy,
+    register_facts,
+    set_policy,
+)
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
@@ -49,11 +59,17 @@ __all__ = [
     "MeterRaced",
     "MeterResult",
     "Mismatch",
+    "PolicyView",
+    "Transition",
     "account",
     "adjust",
+    "admit",
     "all_accounts",
+    "balance_ratio",
     "copies_cost",
+    "evaluate_policies",
     "get_balance",
+    "get_policy",
     "job_cost",
     "list_entries",
     "list_ledger",
@@ -63,6 +79,8 @@ __all__ = [
     "parse_amount",
     "recharge",
     "refund",
+    "register_facts",
     "service_cost",
+    "set_policy",
     "verify",
 ]

@@ -17,9 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
 from aicenter.db.models import LedgerEntry, Replica, ServiceReplica
-from aicenter.services import jobs, serving
 from aicenter.services.billing._ledger import EntryKind
-from aicenter.services.context import Actor
 
 
 @dataclass(frozen=True)
@@ -78,18 +76,18 @@ async def _cost_of_jobs(session: AsyncSession, job_ids: Sequence[int], now: date
     return CostView(hours, amount, estimated, charged, copies, now)
 
 
-async def job_cost(session: AsyncSession, actor: Actor, job_id: int, now: datetime) -> CostView:
+async def job_cost(session: AsyncSession, job_id: int, now: datetime) -> CostView:
     """A job's (or a notebook's: its job) machine-hours and cost so far, estimated up to ``now`` while a copy
-    runs (members of its workspace and platform admins; others get NotFound, as for the job itself)."""
-    job = await jobs.load_job(session, actor, job_id)
-    return await _cost_of_jobs(session, [job.id], now)
+    runs. The caller has loaded the job for its actor (``jobs.load_job``): billing imports neither jobs nor
+    serving, which ask billing for admission."""
+    return await _cost_of_jobs(session, [job_id], now)
 
 
-async def service_cost(session: AsyncSession, actor: Actor, service_id: int, now: datetime) -> CostView:
+async def service_cost(session: AsyncSession, service_id: int, now: datetime) -> CostView:
     """A service's cost over the replica jobs it has now (drained replicas it has forgotten are no longer
-    linked to it; their charges stay in the ledger under their job ids)."""
-    service = await serving.load_service(session, actor, service_id)
+    linked to it; their charges stay in the ledger under their job ids). The caller has loaded the service for
+    its actor (``serving.load_service``)."""
     job_ids = list(
-        (await session.scalars(select(ServiceReplica.job_id).where(ServiceReplica.service_id == service.id))).all()
+        (await session.scalars(select(ServiceReplica.job_id).where(ServiceReplica.service_id == service_id))).all()
     )
     return await _cost_of_jobs(session, job_ids, now)

@@ -13,6 +13,7 @@ from aicenter.services.jobs._lifecycle import (
     force_stop,
     record_created,
     request_stop,
+    stop_for_arrears,
     stop_job,
     transition,
 )
@@ -177,6 +178,7 @@ __all__ = [
     "serve_token",
     "service_plan",
     "set_pending_reasons",
+    "stop_for_arrears",
     "stop_job",
     "submit_job",
     "submit_template",

@@ -352,3 +352,24 @@ async def delete_job(session: AsyncSession, actor: Actor, job_id: int) -> None:
     )
     await session.delete(job)
     await session.flush()
+
+
+async def stop_for_arrears(session: AsyncSession, workspace_id: int) -> list[int]:
+    """Stop every unfinished job and notebook of a workspace whose billing policy stops work in arrears (the
+    billing controller); returns their ids. A stop request by nobody with reason ``arrears`` (as a preemption
+    marker), so the jobs end ``stopped``/``arrears`` and are not retried; one already asked to stop keeps its
+    request. Service replicas are left to their services (``services.serving.stop_for_arrears``)."""
+    active = [s.value for s in core.ACTIVE_STATUSES]
+    rows = (
+        await session.scalars(
+            select(Job)
+            .where(Job.workspace_id == workspace_id, Job.status.in_(active), Job.kind != JobKind.SERVICE.value)
+            .order_by(Job.id)
+            .with_for_update()
+        )
+    ).all()
+    actor = Actor.system("billing")
+    for job in rows:
+        if job.stop_requested_at is None or _is_preemption(job):
+            await request_stop(session, job, actor, FailureReason.ARREARS)
+    return [job.id for job in rows]

@@ -37,7 +37,7 @@ from aicenter.db.models import (
     Workspace,
 )
 from aicenter.events import notify_after_commit
-from aicenter.services import audit, catalog, inventory
+from aicenter.services import audit, billing, catalog, inventory
 from aicenter.services.context import Actor
 from aicenter.services.jobs._lifecycle import record_created, transition
 from aicenter.services.jobs._queries import load_job
@@ -336,6 +336,8 @@ async def submit_job(
         Forbidden: A platform admin naming a user's version that is not shared with them.
         Conflict: An ambiguous reference, or a version that is not ready.
         QuotaExceeded: The job is larger than the workspace's quota maximum in its pool.
+        InsufficientBalance: The workspace has a billing policy and is in arrears (``spending_limit_reached``:
+            its monthly limit is reached); nothing is written.
     """
     spec = load_spec(spec_source, overrides)
     if (spec.kind is JobKind.NOTEBOOK) != notebook:
@@ -351,6 +353,8 @@ async def submit_job(
             "services are deployed with POST /api/v1/services (aicenter service deploy), not as jobs", field="kind"
         )
     workspace = await resolve_workspace(session, actor, spec.workspace, workspace_id)
+    if not service:  # a service's replicas are admitted at its deploy, start and scale-up, not one by one
+        await billing.admit(session, workspace.id)
 
     image_id = None
     if spec.image != "host":  # "host": the server's own Python, no catalog image

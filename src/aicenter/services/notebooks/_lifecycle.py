@@ -21,7 +21,7 @@ from aicenter.core.jobs.notebooks import check_idle_timeout, parse_notebook_spec
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import CatalogVersion, Job, Notebook, Replica
 from aicenter.events import notify_after_commit
-from aicenter.services import audit, jobs
+from aicenter.services import audit, billing, jobs
 from aicenter.services.access import workspace_role
 from aicenter.services.context import Actor
 from aicenter.services.notebooks._views import load_notebook
@@ -120,6 +120,7 @@ async def start_notebook(session: AsyncSession, actor: Actor, job_id: int) -> No
             f"notebook {job.id} is {current.value}; only a stopped or failed notebook can be started",
             details={"from": current.value, "to": JobStatus.QUEUED.value},
         )
+    await billing.admit(session, job.workspace_id)
     rows = (
         await session.scalars(select(Replica).where(Replica.job_id == job.id, Replica.attempt == job.restart_count))
     ).all()

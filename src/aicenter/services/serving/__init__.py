@@ -18,6 +18,7 @@ from aicenter.services.serving._manage import (
     scale_service,
     set_traffic,
     start_service,
+    stop_for_arrears,
     stop_service,
 )
 from aicenter.services.serving._routes import (
@@ -76,6 +77,7 @@ __all__ = [
     "set_traffic",
     "start_replicas",
     "start_service",
+    "stop_for_arrears",
     "stop_service",
     "update_service",
 ]

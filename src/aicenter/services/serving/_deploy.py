@@ -33,7 +33,7 @@ from aicenter.core.serving.spec import (
 )
 from aicenter.db.models import CatalogItem, Service, ServiceReplica, ServiceRevision, VersionFile
 from aicenter.events import notify_after_commit, routes_changed
-from aicenter.services import audit, catalog, jobs
+from aicenter.services import audit, billing, catalog, jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
 from aicenter.services.serving._events import record_service_event
@@ -175,6 +175,7 @@ async def deploy_service(
     """
     spec = parse_deploy_spec(source)
     workspace = await jobs.resolve_workspace(session, actor, spec.workspace, workspace_id)
+    await billing.admit(session, workspace.id)
     taken = await session.scalar(
         select(Service.id).where(Service.workspace_id == workspace.id, Service.name == spec.name)
     )
@@ -227,6 +228,7 @@ async def update_service(
     """
     service = await load_service(session, actor, service_id, for_update=True)
     await require_manager(session, actor, service, "update")
+    await billing.admit(session, service.workspace_id)  # a new revision starts replicas
     data = dict(_mapping(source))
     rollout = Rollout.model_validate(data.pop("rollout", None) or {})
     revisions = list(

@@ -19,7 +19,7 @@ from aicenter.core.jobs import ACTIVE_STATUSES, translate
 from aicenter.core.serving.spec import RevisionSpec, RevisionState, ServiceStatus, check_traffic
 from aicenter.db.models import Job, Service, ServiceReplica, ServiceRevision
 from aicenter.events import notify_after_commit, routes_changed
-from aicenter.services import audit
+from aicenter.services import audit, billing
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
 from aicenter.services.serving._events import record_service_event, traffic_split
@@ -181,7 +181,12 @@ async def scale_service(
     }
     if not changes:
         raise ValidationFailed("give min_replicas, max_replicas or target_concurrency", field="min_replicas")
-    for revision in await _revisions(session, service):
+    revisions = await _revisions(session, service)
+    if min_replicas and any(
+        min_replicas > int(r.spec.get("min_replicas") or 0) for r in revisions if r.state in _LIVE
+    ):  # raising the floor starts replicas: refused in arrears; lowering it or the ceiling never is
+        await billing.admit(session, service.workspace_id)
+    for revision in revisions:
         if revision.state not in _LIVE:
             continue
         base = {k: v for k, v in revision.spec.items() if k != "rollout"}
@@ -231,6 +236,7 @@ async def start_service(session: AsyncSession, actor: Actor, service_id: int) ->
     await require_manager(session, actor, service, "start")
     if service.stopped_at is None:
         raise Conflict(f"service {service.name} is not stopped")
+    await billing.admit(session, service.workspace_id)
     service.stopped_at = None
     service.stop_requested_by = None
     service.status = ServiceStatus.READY.value if service.stable_revision_id else ServiceStatus.DEPLOYING.value
@@ -270,3 +276,30 @@ async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -
     await session.delete(service)
     await session.flush()
     routes_changed.notify_after_commit(session)
+
+
+async def stop_for_arrears(session: AsyncSession, workspace_id: int, workspace: str) -> list[int]:
+    """Stop every running service of a workspace whose billing policy stops work in arrears (the billing
+    controller): their replicas drain and stop, as for ``stop_service``; returns their ids. They stay stopped
+    after a recharge: their managers start them again (admitted once the balance is positive)."""
+    services = (
+        await session.scalars(
+            select(Service)
+            .where(Service.workspace_id == workspace_id, Service.stopped_at.is_(None))
+            .order_by(Service.id)
+            .with_for_update()
+        )
+    ).all()
+    now = utcnow()
+    for service in services:
+        service.stopped_at = now
+        service.stop_requested_by = None
+        service.status = ServiceStatus.STOPPED.value
+        service.message = f"stopped: workspace {workspace} is in arrears"
+        record_service_event(
+            session, service, "service.stopped", f"stopped: workspace {workspace} is in arrears; its replicas drain "
+            "and stop", severity=Severity.WARNING, details={"reason": "arrears"},
+        )  # fmt: skip
+    if services:
+        _notify(session)
+    return [s.id for s in services]

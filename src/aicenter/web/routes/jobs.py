@@ -245,7 +245,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         logs_readable = await may_read_user_data(session, cx.actor, view.job.workspace_id)
         saved_id = view.job.output_model_version_id
         saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
-        cost = await billing.job_cost(session, cx.actor, job_id, utcnow())
+        cost = await billing.job_cost(session, job_id, utcnow())
     job = view.job
     tasks = [
         {"name": t.get("name", "worker"), "replicas": int(t.get("replicas", 1)), **t} for t in job.spec.get("tasks", [])

@@ -236,7 +236,7 @@ async def _detail(cx: Console, job_id: int, *, forms: list[FormState] | None = N
         cluster = await alerts.list_events(session, cx.actor, job_id=job_id, limit=50)
         saved_id = view.notebook.saved_version_id
         saved = (await catalog.version_links(session, cx.actor, [saved_id])).get(saved_id) if saved_id else None
-        cost = await billing.job_cost(session, cx.actor, job_id, utcnow())
+        cost = await billing.job_cost(session, job_id, utcnow())
     nb = NotebookOut.from_view(view)
     job = view.job.job
     # One timeline: the job's status changes and the culler's warnings and culls, oldest first.

@@ -221,7 +221,7 @@ async def service_detail(
         keys = await serving.list_keys(session, cx.actor, service_id) if role is not None else []
         spans = await serving.replica_history(session, cx.actor, service_id)
         events = (await serving.list_service_events(session, cx.actor, service_id, limit=EVENTS_SHOWN)).items
-        cost = await billing.service_cost(session, cx.actor, service_id, utcnow())
+        cost = await billing.service_cost(session, service_id, utcnow())
     service = view.service
     stable = next((r for r in view.revisions if r.id == service.stable_revision_id), None)
     doc = build_api_doc(

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 2116ae4c5219
+Revision ID: 9757df0fa0ed
 Revises: 
-Create Date: 2026-12-06 02:29:35.954874
+Create Date: 2026-12-06 02:45:54.727863
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '2116ae4c5219'
+revision: str = '9757df0fa0ed'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -272,6 +272,19 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_alert_rules_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_alert_rules')),
     sa.UniqueConstraint('workspace_id', 'name', name='uq_alert_rules_workspace_name')
+    )
+    op.create_table('billing_policies',
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
+    sa.Column('arrears', sa.String(length=8), nullable=False),
+    sa.Column('grace_minutes', sa.Integer(), nullable=False),
+    sa.Column('monthly_limit_cents', sa.BigInteger(), nullable=True),
+    sa.Column('phase', sa.String(length=16), nullable=False),
+    sa.Column('arrears_since', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('cause', sa.String(length=16), nullable=True),
+    sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_by', sa.String(length=64), nullable=False),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_billing_policies_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('workspace_id', name=op.f('pk_billing_policies'))
     )
     op.create_table('catalog_items',
     sa.Column('kind', sa.String(length=16), nullable=False),
@@ -864,6 +877,7 @@ def downgrade() -> None:
         batch_op.drop_index('ix_catalog_items_kind_preset')
 
     op.drop_table('catalog_items')
+    op.drop_table('billing_policies')
     op.drop_table('alert_rules')
     op.drop_table('alert_channels')
     op.drop_table('workspaces')
