@@ -239,7 +239,7 @@ async def test_job_page_shows_its_cost(world: World, db: Database, open_browser:
     assert re.search(r'data-testid="cost-hours">4\.000000<', final.text)
     assert re.search(r'data-testid="cost-amount" data-estimated="no">6\.00 coins', final.text)
     async with db.read() as session:
-        cost = await billing.job_cost(session, Actor(world.alice.user_id, "alice"), world.job_id, utcnow())
+        cost = await billing.job_cost(session, world.job_id, utcnow())
     assert (cost.machine_hours, cost.amount, cost.charged, cost.estimated) == (
         Decimal("4.000000"),
         Decimal("6.00"),
