@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
-from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.api.schemas.common import ADMISSION_RESPONSES, Page
 from aicenter.api.schemas.jobs import (
     JobDetail,
     JobEventOut,
@@ -30,8 +30,8 @@ from aicenter.api.schemas.jobs import (
 from aicenter.api.sse import EventSourceResponse, encode_event, event_stream
 from aicenter.services import jobs
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
-templates_router = APIRouter(prefix="/api/v1/job-templates", tags=["job-templates"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ADMISSION_RESPONSES)
+templates_router = APIRouter(prefix="/api/v1/job-templates", tags=["job-templates"], responses=ADMISSION_RESPONSES)
 
 _TEXT = "text/plain; charset=utf-8"
 

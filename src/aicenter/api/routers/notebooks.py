@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request, status
 from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
-from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.api.schemas.common import ADMISSION_RESPONSES, Page
 from aicenter.api.schemas.notebooks import (
     NotebookCreate,
     NotebookDetail,
@@ -30,7 +30,7 @@ from aicenter.core.errors import Unavailable
 from aicenter.core.ssh import KNOWN_HOSTS_FILE, known_hosts_lines, ssh_config
 from aicenter.services import notebooks
 
-router = APIRouter(prefix="/api/v1/notebooks", tags=["notebooks"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1/notebooks", tags=["notebooks"], responses=ADMISSION_RESPONSES)
 
 
 def _forget(request: Request, job_id: int) -> None:

@@ -15,7 +15,7 @@ from aicenter.api.access import Access, access
 from aicenter.api.deps import Ctx, CurrentActor, Paging, ReadSession, WriteSession
 from aicenter.api.params import Id
 from aicenter.api.schemas.alerts import ClusterEventOut
-from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.api.schemas.common import ADMISSION_RESPONSES, Page
 from aicenter.api.schemas.serving import (
     CreatedKeyOut,
     KeyIn,
@@ -31,7 +31,7 @@ from aicenter.api.schemas.serving import (
 from aicenter.core.serving.apidoc import build_api_doc
 from aicenter.services import serving
 
-router = APIRouter(prefix="/api/v1/services", tags=["services"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/api/v1/services", tags=["services"], responses=ADMISSION_RESPONSES)
 
 
 async def _one(actor: CurrentActor, session: ReadSession | WriteSession, service_id: int) -> ServiceDetail:

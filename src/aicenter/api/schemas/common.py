@@ -44,3 +44,6 @@ class ErrorResponse(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (401, 403, 404, 409, 422, 429)
 }
+# Routers that start work (jobs, notebooks, services) may refuse it on billing: 402 ``insufficient_balance`` or
+# ``spending_limit_reached`` (the workspace's billing policy, docs/billing.md).
+ADMISSION_RESPONSES: dict[int | str, dict[str, Any]] = {**ERROR_RESPONSES, 402: {"model": ErrorResponse}}
