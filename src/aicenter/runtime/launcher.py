@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -498,6 +498,22 @@ class _Supervisor:
         return 0
 
 
+def close_inherited(keep: Iterable[int]) -> None:
+    """Close every descriptor but stdio and ``keep`` (the ``--*-fd`` ones handed over on purpose).
+
+    The executor asks for only those (``pass_fds``), but under uvloop (uvicorn's loop) a subprocess inherits
+    every inheritable descriptor of the server whatever ``close_fds`` says, and ``aicenter up`` makes its
+    listening socket inheritable for ``--workers``. A launcher outlives the server by design, so a launcher
+    holding that socket kept the server's port taken after a crash: ``aicenter up`` could not start again on
+    it until every replica had ended, and connections to the port queued on a socket nobody accepted.
+    """
+    low = 3
+    for fd in sorted({fd for fd in keep if fd >= low}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
 def _detach() -> None:
     """Fork and let the parent exit, so the launcher is never a child of the server (no zombie to reap)."""
     if os.fork() > 0:
@@ -549,7 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     detach, fds, anchor, (plan_arg,) = parsed
     plan_path = Path(plan_arg).absolute()
-    if detach:
+    if detach:  # started by a server (the local executor), which it outlives: nothing of the server's kept
+        close_inherited(fds.values())
         _detach()
     data = read_json(plan_path)
     if data is None:
