@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-__all__ = ["DEADLINE_S", "Copy", "copies", "expected_charge", "ledger", "wait", "wait_closed", "check_charges"]
+__all__ = ["DEADLINE_S", "Copy", "check_charges", "copies", "expected_charge", "ledger", "wait", "wait_closed"]
 
 DEADLINE_S = 120.0
 _HOUR_US = 3_600_000_000
@@ -60,7 +60,8 @@ def copies(http: httpx.Client, job_id: int, price: Decimal) -> list[Copy]:
 def expected_charge(copy: Copy) -> tuple[Decimal, Decimal]:
     """(machine-hours, coins) of a finished copy by docs/billing.md: weight x (end - start) in whole
     microseconds, rounded half-even to 0.000001 h; times the price, rounded half-even to 0.01 coin."""
-    assert copy.started_at is not None and copy.finished_at is not None
+    assert copy.started_at is not None
+    assert copy.finished_at is not None
     delta = copy.finished_at - copy.started_at
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     with localcontext() as ctx:
@@ -75,7 +76,11 @@ def ledger(http: httpx.Client, workspace_id: int, kind: str | None = None) -> li
     entries: list[dict[str, Any]] = []
     cursor: str | None = None
     while True:
-        params: dict[str, Any] = {"limit": 500, **({"kind": kind} if kind else {}), **({"cursor": cursor} if cursor else {})}
+        params: dict[str, Any] = {
+            "limit": 500,
+            **({"kind": kind} if kind else {}),
+            **({"cursor": cursor} if cursor else {}),
+        }
         response = http.get(f"/api/v1/workspaces/{workspace_id}/ledger", params=params)
         assert response.status_code == 200, response.text
         page = response.json()
@@ -103,6 +108,12 @@ def wait_closed(http: httpx.Client, workspace_id: int, all_copies: list[Copy]) -
     return result
 
 
+def _period_start(charge: dict[str, Any]) -> datetime:
+    start = _at(charge["period_start"])
+    assert start is not None, f"a charge without a period: {charge}"
+    return start
+
+
 def _by_copy(charges: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     found: dict[int, list[dict[str, Any]]] = {}
     for entry in charges:
@@ -124,7 +135,7 @@ def check_charges(all_copies: list[Copy], entries: list[dict[str, Any]]) -> dict
     assert set(charges) <= known, f"charges of copies the jobs do not have: {set(charges) - known}"
     charged: dict[int, Decimal] = {}
     for copy in all_copies:
-        mine = sorted(charges.get(copy.id, []), key=lambda e: _at(e["period_start"]) or copy.started_at)
+        mine = sorted(charges.get(copy.id, []), key=_period_start)
         if copy.started_at is None:
             assert mine == [], f"copy {copy.id} never started but was charged"
             continue

@@ -152,7 +152,11 @@ def test_admin_prices_member_runs_charges_are_the_formula_to_the_cent(tmp_path: 
         wait("the service ready", lambda: http.get(f"/api/v1/services/{service_id}").json()["status"] == "ready")
         served = service_jobs()
         ids = {"train": job_id, "notebook": notebook_id, **{f"service-{i}": i for i in served}}
-        wait("all three running", lambda: set(_statuses(http, ids).values()) == {"running"}, show=lambda: _statuses(http, ids))
+        wait(
+            "all three running",
+            lambda: set(_statuses(http, ids).values()) == {"running"},
+            show=lambda: _statuses(http, ids),
+        )
 
         # A later price does not change what is already submitted (the prices are snapshotted at submit).
         train_spec = next(s for s in as_admin.get("/api/v1/specs").json()["items"] if s["name"] == "train-s")
@@ -186,7 +190,7 @@ def test_admin_prices_member_runs_charges_are_the_formula_to_the_cent(tmp_path: 
         all_copies: dict[str, list[Copy]] = {
             kind: [c for j in jobs for c in copies(http, j, Decimal(prices[kind]))] for kind, jobs in by_kind.items()
         }
-        assert len(all_copies["train"]) == 2 and all(c.weight == 2.0 for c in all_copies["train"])
+        assert [c.weight for c in all_copies["train"]] == [2.0, 2.0]  # the 2 replicas, once each
         flat = [c for cs in all_copies.values() for c in cs]
         wait_closed(http, workspace_id, flat)
         entries = ledger(http, workspace_id)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ SPECS = {"meter-a": ("1.5", "997.1234"), "meter-b": ("0.333", "12345.5")}  # wei
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """The servers' settings: the meter every second, SQLite in the home or a fresh PostgreSQL database."""
     env = {
         "AICENTER_BILLING_INTERVAL_S": "1",
@@ -45,7 +44,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[st
     }
     if request.param == "postgres":
         env["AICENTER_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    yield env
+    return env
 
 
 def _kill(server: Server) -> None:
@@ -101,7 +100,13 @@ def test_kill_9_of_servers_while_metering_charges_exactly_once(
             for name, (weight, price) in SPECS.items():
                 created = http.post(
                     "/api/v1/specs",
-                    json={"name": name, "cpu": "100m", "memory": "128Mi", "price_per_hour": price, "billing_weight": weight},
+                    json={
+                        "name": name,
+                        "cpu": "100m",
+                        "memory": "128Mi",
+                        "price_per_hour": price,
+                        "billing_weight": weight,
+                    },
                 )
                 assert created.status_code == 201, created.text
             first = _submit(http, "pair", "meter-a", 14, replicas=2)

@@ -59,13 +59,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from aicenter.runtime.cgroups import Limits, ReplicaGroup, group_name, layouts
 from aicenter.runtime.childwait import wait_handling_signals
+from aicenter.runtime.fds import close_inherited
 from aicenter.runtime.files import (
     LOCK_FILE,
     OUTPUT_FILE,
@@ -496,22 +497,6 @@ class _Supervisor:
         self._finish(exit_code, reason)
         self.network.close()
         return 0
-
-
-def close_inherited(keep: Iterable[int]) -> None:
-    """Close every descriptor but stdio and ``keep`` (the ``--*-fd`` ones handed over on purpose).
-
-    The executor asks for only those (``pass_fds``), but under uvloop (uvicorn's loop) a subprocess inherits
-    every inheritable descriptor of the server whatever ``close_fds`` says, and ``aicenter up`` makes its
-    listening socket inheritable for ``--workers``. A launcher outlives the server by design, so a launcher
-    holding that socket kept the server's port taken after a crash: ``aicenter up`` could not start again on
-    it until every replica had ended, and connections to the port queued on a socket nobody accepted.
-    """
-    low = 3
-    for fd in sorted({fd for fd in keep if fd >= low}):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _detach() -> None:
