@@ -152,7 +152,7 @@ def check_charges(all_copies: list[Copy], entries: list[dict[str, Any]]) -> dict
             continue
         hours, coins = expected_charge(copy)
         if not mine:  # a copy too short to cost a micro machine-hour has no entry
-            assert (hours, coins) == (0, 0), f"copy {copy.id} was never charged"
+            assert (hours, coins) == (Decimal(0), Decimal(0)), f"copy {copy.id} was never charged"
             charged[copy.id] = coins
             continue
         starts = [_at(e["period_start"]) for e in mine]
