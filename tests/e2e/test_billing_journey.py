@@ -8,6 +8,10 @@ seed's formula to the cent, computed in this test from the replica records the A
 start) x the price at submit, rounded as docs/billing.md says), the balance is the recharge minus them, and
 ``aicenter billing verify`` agrees.
 
+The journey goes on from ``cost`` (each kind's coins, from the formula) once the issue's other parts are merged:
+the monthly report (``aicenter billing report --period month``) and its chart show those sums per kind, and a
+balance taken below zero with the workspace's arrears policy ``stop`` stops the notebook.
+
 (``kill -9`` of the server during metering is test_billing_kill_e2e.py.)
 """
 
