@@ -66,6 +66,7 @@ from typing import IO, Any
 
 from aicenter.runtime.cgroups import Limits, ReplicaGroup, group_name, layouts
 from aicenter.runtime.childwait import wait_handling_signals
+from aicenter.runtime.fds import close_inherited
 from aicenter.runtime.files import (
     LOCK_FILE,
     OUTPUT_FILE,
@@ -549,7 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     detach, fds, anchor, (plan_arg,) = parsed
     plan_path = Path(plan_arg).absolute()
-    if detach:
+    if detach:  # started by a server (the local executor), which it outlives: nothing of the server's kept
+        close_inherited(fds.values())
         _detach()
     data = read_json(plan_path)
     if data is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -144,3 +145,34 @@ def test_a_plan_with_a_usage_interval_gets_usage_json_while_the_command_runs(tmp
         assert launcher.wait(timeout=30) == 0
     finally:
         launcher.kill()
+
+
+def test_a_detached_launcher_keeps_none_of_its_parents_descriptors(tmp_path: Path) -> None:
+    """Under uvloop a server's subprocess inherits every inheritable descriptor, ``close_fds`` or not, and
+    ``aicenter up``'s listening socket is inheritable: a launcher (which outlives the server) holding it kept
+    the port taken after a ``kill -9``, so the server could not start again on it. Here the parent hands it
+    over the same way (``close_fds=False``); the detached launcher must not keep it."""
+    plan = LauncherPlan(command="echo ready; exec sleep 600", workdir=str(tmp_path), cgroups=False)
+    write_json_atomic(tmp_path / "plan.json", plan.to_json())
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.set_inheritable(True)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "aicenter.runtime.launcher", "--detach", str(tmp_path / "plan.json")]
+    subprocess.run(argv, env=env, close_fds=False, check=True, timeout=30)  # the intermediate exits at once
+    deadline = time.monotonic() + 30
+    while not (pid := (read_json(tmp_path / "status.json") or {}).get("launcher_pid")):
+        assert time.monotonic() < deadline, "the launcher wrote no status"
+        time.sleep(0.02)
+    try:
+        inode = f"socket:[{os.fstat(listener.fileno()).st_ino}]"
+        held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        assert inode not in held
+        port = listener.getsockname()[1]
+        listener.close()
+        with socket.socket() as again:  # what `aicenter up` does on restart: the port is free
+            again.bind(("127.0.0.1", port))
+            again.listen()
+    finally:
+        os.kill(pid, signal.SIGTERM)
