@@ -8,9 +8,9 @@ seed's formula to the cent, computed in this test from the replica records the A
 start) x the price at submit, rounded as docs/billing.md says), the balance is the recharge minus them, and
 ``aicenter billing verify`` agrees.
 
-The journey goes on from ``cost`` (each kind's coins, from the formula) once the issue's other parts are merged:
-the monthly report (``aicenter billing report --period month``) and its chart show those sums per kind, and a
-balance taken below zero with the workspace's arrears policy ``stop`` stops the notebook.
+Then arrears: the admin sets vision's policy to ``stop`` (no grace) while alice works in a second notebook, and
+takes the balance below zero; the billing controller stops the notebook (reason ``arrears``, one event) and
+alice's next notebook is refused with the balance in the message, until a recharge admits her again.
 
 (``kill -9`` of the server during metering is test_billing_kill_e2e.py.)
 """
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PASSWORD = "alice-password-15"
 # name: (weight, coins per machine-hour); what each kind of work runs on
-SPECS = {"train-s": ("2", "120.5"), "nb-s": ("0.5", "33.3333"), "serve-s": ("1.25", "7.77")}
+SPECS = {"train-s": ("2", "120.5"), "nb-s": ("0.5", "33.33"), "serve-s": ("1.25", "7.77")}
 RECHARGE = Decimal("500.00")
 
 # The service: answers 200 on /health (its readiness path) until stopped.
@@ -90,7 +90,7 @@ def _setup(tmp_path: Path, server: Server) -> tuple[Cli, Cli]:
     recharged = admin.json("billing", "recharge", str(RECHARGE), "--reason", "Q4 budget", "-w", "vision")
     assert (recharged["kind"], Decimal(recharged["amount"])) == ("recharge", RECHARGE)
     alice = signed_in(tmp_path, server, "alice", PASSWORD)
-    assert alice.run("billing", "balance", "-w", "vision").stdout.strip() == "vision: 500.00 coins"
+    assert alice.run("billing", "balance", "-w", "vision").stdout.splitlines()[0] == "vision: 500.00 coins"
     return admin, alice
 
 
@@ -126,6 +126,39 @@ def _start_work(tmp_path: Path, alice: Cli) -> tuple[int, int, int]:
         "--resources-spec", "serve-s", "--min-replicas", "1", "--max-replicas", "1",
     )["id"]  # fmt: skip
     return job_id, notebook_id, service_id
+
+
+def _arrears_stop_a_notebook(admin: Cli, alice: Cli, http: httpx.Client, workspace_id: int) -> None:
+    """Policy stop, the balance below zero: the running notebook is stopped for arrears, new work is refused with
+    the balance in the message, and a recharge admits it again (the stopped notebook stays stopped)."""
+    policy = admin.json("billing", "policy", "set", "stop", "--grace", "0", "-w", "vision")
+    assert (policy["arrears"], policy["phase"]) == ("stop", "ok")
+    late = alice.json("notebook", "create", "late", "--spec", "nb-s", "--idle-timeout", "0", "--workspace", "vision")
+    wait("the second notebook running", lambda: http.get(f"/api/v1/jobs/{late['id']}").json()["status"] == "running")
+    balance = Decimal(alice.json("billing", "balance", "-w", "vision")["balance"])
+    debit = balance + Decimal("1.00")
+    admin.run("billing", "adjust", "--reason", "journey: into arrears", "-w", "vision", "--", f"-{debit}")
+
+    def stopped() -> dict[str, Any] | None:
+        job = http.get(f"/api/v1/jobs/{late['id']}").json()
+        return job if job["status"] == "stopped" else None
+
+    job = wait("arrears to stop the notebook", stopped)
+    assert job["failure_reason"] == "arrears", job
+    events = http.get("/api/v1/events", params={"kind": "billing."}).json()["items"]
+    assert [e["kind"] for e in events if e["workspace_id"] == workspace_id].count("billing.stopped") == 1, events
+    refused = alice.run(
+        "notebook", "create", "again", "--spec", "nb-s", "--workspace", "vision", check=False
+    )  # fmt: skip
+    assert (refused.returncode != 0, "Traceback" in refused.stderr) == (True, False), refused.stderr
+    assert ("balance is -" in refused.stderr, "recharge" in refused.stderr) == (True, True), refused.stderr
+    admin.run("billing", "recharge", "10", "--reason", "journey: back in credit", "-w", "vision")
+    admitted = alice.json(
+        "notebook", "create", "again", "--spec", "nb-s", "--idle-timeout", "0", "--workspace", "vision"
+    )
+    alice.run("notebook", "stop", "again", "--workspace", "vision")
+    assert http.get(f"/api/v1/jobs/{late['id']}").json()["status"] == "stopped"  # stopped work stays stopped
+    assert admitted["id"] != late["id"]
 
 
 def test_admin_prices_member_runs_charges_are_the_formula_to_the_cent(tmp_path: Path) -> None:
@@ -206,6 +239,7 @@ def test_admin_prices_member_runs_charges_are_the_formula_to_the_cent(tmp_path: 
         assert balance == RECHARGE - sum(cost.values())
         verified = admin.run("billing", "verify")
         assert "The ledger equals the formula" in verified.stdout
+        _arrears_stop_a_notebook(admin, alice, http, workspace_id)
         print(
             f"journey: costs {cost}, balance {balance} (while running {running_balance}), "
             f"{sum(1 for e in entries if e['kind'] == 'charge')} charges, {time.monotonic() - began:.1f} s"

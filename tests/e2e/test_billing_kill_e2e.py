@@ -31,7 +31,7 @@ from tests.e2e.conftest import ADMIN_PASSWORD, Server, signed_in
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 KILLS = 4
-SPECS = {"meter-a": ("1.5", "997.1234"), "meter-b": ("0.333", "12345.5")}  # weight, coins per machine-hour
+SPECS = {"meter-a": ("1.5", "997.12"), "meter-b": ("0.333", "12345.5")}  # weight, coins per machine-hour
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
