@@ -18,6 +18,7 @@ from aicenter.core.clock import utcnow
 from aicenter.db.engine import Database
 from aicenter.db.models import AuditEvent, BillingPolicy, Job
 from aicenter.services import billing
+from aicenter.services.context import Actor
 from tests.factories import ADMIN
 from tests.integration.web.conftest import Browser, OpenBrowser
 from tests.integration.web.test_billing_pages import World, world  # noqa: F401  (the fixture)
@@ -96,6 +97,11 @@ async def test_members_see_the_policy_and_its_phase(
     refused = await bob.post(f"/billing/workspaces/{world.ws}/policy", {"arrears": "off", "grace_minutes": "x"})
     assert refused.status_code == 403  # whatever the body: permission first
     assert await _policy_row(db, world.ws) == ("stop", 0, None)
+    async with db.read() as session:  # the lists' policies: only the workspaces one may see
+        assert await billing.list_policies(session, Actor(world.carol.user_id, "carol"), [world.ws]) == {}
+        assert list(await billing.list_policies(session, Actor(world.bob.user_id, "bob"), [world.ws, 10**6])) == [
+            world.ws
+        ]
     carol = await open_browser("carol")
     assert (await carol.post(f"/billing/workspaces/{world.ws}/policy", {"arrears": "off"})).status_code == 403
 
