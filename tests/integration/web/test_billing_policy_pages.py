@@ -43,6 +43,11 @@ async def _set(db: Database, workspace_id: int, arrears: str, limit: str | None 
         await billing.evaluate_policies(session, utcnow())
 
 
+async def _status(db: Database, job_id: int) -> str:
+    async with db.read() as session:
+        return str(await session.scalar(select(Job.status).where(Job.id == job_id)))
+
+
 def _row(page: str, workspace_id: int) -> str:
     rows = re.findall(r'<tr data-testid="billing-account"(.*?)</tr>', page, flags=re.S)
     (row,) = [r for r in rows if f'data-workspace-id="{workspace_id}"' in r]
@@ -204,3 +209,12 @@ async def test_a_refusal_for_money_is_shown_on_the_job_and_notebook_forms(
         await billing.recharge(session, ADMIN, world.ws, "10", reason="top-up")
     admitted = await alice.post("/notebooks/new", notebook)
     assert admitted.status_code == 303, admitted.text
+    target = admitted.headers["location"]
+    assert (await alice.post(target, {"action": "stop"})).status_code == 303  # queued: it ends at once
+    async with db.write() as session:
+        await billing.adjust(session, ADMIN, world.ws, "-10", reason="spent elsewhere")
+    stopped = await _status(db, int(target.rsplit("/", 1)[1]))
+    refused = await alice.post(target, {"action": "start"})  # the detail page's start button
+    assert refused.status_code == 402, refused.text
+    assert _text(refused.text, "notebook-start-error").startswith("workspace alice's balance is 0.00 coins")
+    assert await _status(db, int(target.rsplit("/", 1)[1])) == stopped
