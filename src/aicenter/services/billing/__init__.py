@@ -43,6 +43,7 @@ from aicenter.services.billing._policy import (
     balance_ratio,
     evaluate_policies,
     get_policy,
+    list_policies,
     register_facts,
     set_policy,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "job_cost",
     "list_entries",
     "list_ledger",
+    "list_policies",
     "meter",
     "month_start",
     "my_accounts",

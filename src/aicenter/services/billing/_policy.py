@@ -24,7 +24,7 @@ from aicenter.core.clock import utcnow
 from aicenter.core.errors import InsufficientBalance, NotFound, SpendingLimitReached, ValidationFailed
 from aicenter.db.models import BillingPolicy, LedgerEntry, Workspace
 from aicenter.services import alerts, audit
-from aicenter.services.access import get_visible_workspace, require_platform_admin
+from aicenter.services.access import get_visible_workspace, member_workspace_ids, require_platform_admin
 from aicenter.services.billing._ledger import EntryKind, parse_amount
 from aicenter.services.context import Actor
 
@@ -284,3 +284,21 @@ async def balance_ratio(session: AsyncSession, now: datetime) -> list[Element]:
 def register_facts() -> None:
     """Plug ``billing.balance_ratio`` into the alert evaluator (the app factory calls it; once)."""
     alerts.EXTRA_FACTS.setdefault("billing.balance_ratio", balance_ratio)
+
+
+async def list_policies(session: AsyncSession, actor: Actor, workspace_ids: list[int]) -> dict[int, PolicyView]:
+    """The policies of several workspaces at once (the console's balance lists), by workspace id; ids the actor
+    may not see (not a member, not a platform admin) and missing ones are left out, as ``get_policy`` would 404."""
+    if not workspace_ids:
+        return {}
+    stmt = select(Workspace).where(Workspace.id.in_(workspace_ids))
+    if not actor.is_platform_admin:
+        stmt = stmt.where(Workspace.id.in_(member_workspace_ids(actor)))
+    workspaces = list((await session.scalars(stmt)).all())
+    ids = [w.id for w in workspaces]
+    if not ids:
+        return {}
+    stored = await session.scalars(select(BillingPolicy).where(BillingPolicy.workspace_id.in_(ids)))
+    rows = {r.workspace_id: r for r in stored.all()}
+    spends = await month_spend(session, ids, utcnow())
+    return {w.id: _view(w, rows.get(w.id), core.Standing(_cents(w.balance), spends.get(w.id, 0))) for w in workspaces}

@@ -1,6 +1,7 @@
 """Billing in the console: "my balance" (every workspace the user is in), a workspace's pay records (charges)
-and recharge records (recharges, refunds, adjustments), its whole ledger (its admins), and for platform admins
-every workspace's balance, the recharge / refund / adjustment form and the reconciliation.
+and recharge records (recharges, refunds, adjustments), its whole ledger (its admins), its billing policy and
+phase (arrears), and for platform admins every workspace's balance, the recharge / refund / adjustment form,
+the policy form and the reconciliation.
 
 Thin: each page calls ``services.billing``; who sees what is decided there (members: their workspaces, others
 NotFound; writing and the all-workspaces list: platform admins) and, for the whole ledger, here.
@@ -8,12 +9,14 @@ NotFound; writing and the all-workspaces list: platform admins) and, for the who
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from fastapi import APIRouter
 from starlette.responses import Response
 
 from aicenter.api.params import Id
+from aicenter.core.billing_policy import ArrearsMode
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import AicenterError, Conflict, Forbidden, ValidationFailed
 from aicenter.services import billing
@@ -43,6 +46,12 @@ _POST = {
     billing.EntryKind.REFUND.value: billing.refund,
     billing.EntryKind.ADJUSTMENT.value: billing.adjust,
 }
+POLICY_FIELDS = ("arrears", "grace_minutes", "monthly_limit")
+ARREARS_MODES = [
+    (ArrearsMode.OFF.value, "off: nothing refused or stopped (unless a limit is set)"),
+    (ArrearsMode.WARN.value, "warn: new work refused, an event"),
+    (ArrearsMode.STOP.value, "stop: as warn, and running work stops after the grace"),
+]
 # The tabs of a workspace's billing page: which entries each shows.
 VIEWS = {
     "charges": ("Pay records", frozenset({billing.EntryKind.CHARGE})),
@@ -55,7 +64,8 @@ VIEWS = {
 async def billing_index(cx: Page) -> Response:
     async with cx.ctx.db.read() as session:
         accounts = await billing.my_accounts(session, cx.actor, utcnow())
-    return render(cx, "billing/index.html", active="billing", title="Billing", accounts=accounts)
+        policies = await billing.list_policies(session, cx.actor, [a.workspace_id for a in accounts])
+    return render(cx, "billing/index.html", active="billing", title="Billing", accounts=accounts, policies=policies)
 
 
 # --- one workspace ----------------------------------------------------------------------------------------------
@@ -76,6 +86,7 @@ async def _workspace(
         if view == "ledger" and not may_see_ledger:
             raise Forbidden("only the workspace's admins and platform admins see its whole ledger")
         page = await billing.list_entries(session, cx.actor, workspace_id, VIEWS[view][1], limit=50, cursor=cursor)
+        policy = await billing.get_policy(session, cx.actor, workspace_id)
     return render(
         cx,
         "billing/workspace.html",
@@ -84,6 +95,8 @@ async def _workspace(
         forms=forms,
         status=status,
         account=account,
+        policy=policy,
+        arrears_modes=ARREARS_MODES,
         entries=page.items,
         view=view,
         views=[(key, label) for key, (label, _) in VIEWS.items() if key != "ledger" or may_see_ledger],
@@ -130,6 +143,36 @@ async def add_entry(workspace_id: Id, post: Post) -> Response:
     )
 
 
+def _minutes(raw: str) -> object:
+    """The typed grace: blank is 0, a whole number an int; anything else goes to the service as typed, so that its
+    permission check comes first and its message (on the field) explains what is wrong."""
+    if not raw:
+        return 0
+    return int(raw) if re.fullmatch(r"[+-]?\d{1,9}", raw) else raw
+
+
+@router.post("/billing/workspaces/{workspace_id:int}/policy")
+async def set_policy(workspace_id: Id, post: Post) -> Response:
+    cx = post.cx
+    try:
+        async with cx.ctx.db.write() as session:
+            view = await billing.set_policy(
+                session,
+                cx.actor,
+                workspace_id,
+                arrears=post.get("arrears"),
+                grace_minutes=_minutes(post.get("grace_minutes")),
+                monthly_limit=post.get("monthly_limit") or None,  # blank: no limit
+            )
+    except AicenterError as exc:
+        state = failed_form("billing-policy", post.values, exc, POLICY_FIELDS)
+        return await _workspace(cx, workspace_id, forms=[state], status=exc.status)
+    limit = "no monthly limit" if view.monthly_limit is None else f"monthly limit {view.monthly_limit:,.2f} coins"
+    grace = f", grace {view.grace_minutes} min" if view.arrears is ArrearsMode.STOP else ""
+    message = f"Billing policy of {view.workspace} set: {view.arrears}{grace}, {limit}."
+    return redirect(cx, f"/billing/workspaces/{workspace_id}", message)
+
+
 # --- platform admins --------------------------------------------------------------------------------------------
 
 
@@ -140,12 +183,14 @@ async def billing_admin(cx: Page) -> Response:
         page = await billing.all_accounts(
             session, cx.actor, utcnow(), limit=100, cursor=request.query_params.get("cursor") or None
         )
+        policies = await billing.list_policies(session, cx.actor, [a.workspace_id for a in page.items])
     return render(
         cx,
         "billing/admin.html",
         active="billing",
         title="Billing: every workspace",
         accounts=page.items,
+        policies=policies,
         next_url=page_url(request, page.next_cursor),
         first_url=first_page_url(request),
     )
