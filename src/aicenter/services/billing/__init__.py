@@ -26,6 +26,7 @@ from aicenter.services.billing._ledger import (
     refund,
 )
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
+from aicenter.services.billing._reports import GroupBy, Report, ReportRow, Stats, report, report_csv, stats
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
@@ -44,4 +45,12 @@ __all__ = [
     "recharge",
     "refund",
     "verify",
+    # reports
+    "GroupBy",
+    "Report",
+    "ReportRow",
+    "Stats",
+    "report",
+    "report_csv",
+    "stats",
 ]
