@@ -6,7 +6,7 @@
 """
 
 from aicenter.client._base import UNSET
-from aicenter.client._billing import Balance, LedgerEntry, Verification
+from aicenter.client._billing import Balance, BillingStats, LedgerEntry, Report, ReportRow, Verification
 from aicenter.client._latest import LatestValue
 from aicenter.client._ssh_keys import SshKey
 from aicenter.client.client import Client
@@ -61,6 +61,9 @@ __all__ = [
     "ApiError",
     "AuditEvent",
     "Balance",
+    "BillingStats",
+    "Report",
+    "ReportRow",
     "Build",
     "Client",
     "ConnectionFailed",

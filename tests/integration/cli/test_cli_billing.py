@@ -32,3 +32,22 @@ def test_bad_amount_is_a_clear_error(admin_cli: Run) -> None:
     assert r.exit_code != 0
     assert "amount" in r.output
     assert "2 decimal places" in r.output
+
+
+def test_report_csv_stats_and_a_bad_range(admin_cli: Run) -> None:
+    r = admin_cli("billing", "report", "--period", "month", "--by", "kind", "--from", "2026-01-01", "--to", "2026-03-01")
+    assert r.exit_code == 0, r.output
+    assert "Total 2026-01-01 to 2026-03-01 (excluded)" in r.stdout
+    r = admin_cli("billing", "report", "--period", "year", "--by", "kind", "--csv")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == "period_start,kind,machine_hours,amount,entries"
+    report = json.loads(admin_cli("billing", "report", "--by", "spec", "-o", "json").stdout)
+    assert report["group_by"] == "spec"
+    assert len(report["buckets"]) == 1  # without a range: the month holding today
+    r = admin_cli("billing", "stats", "--period", "week", "--from", "2026-01-05", "--to", "2026-01-19")
+    assert r.exit_code == 0, r.output
+    assert "users" in r.stdout
+    r = admin_cli("billing", "report", "--from", "2026-03-01", "--to", "2026-01-01")
+    assert r.exit_code != 0
+    assert "to" in r.output
+    assert "after from" in r.output
