@@ -8,6 +8,7 @@ from aicenter.web.routes import (
     account,
     alerts,
     audit,
+    billing_reports,
     catalog,
     catalog_versions,
     home,
@@ -40,4 +41,5 @@ ROUTERS: list[APIRouter] = [
     services.router,
     services_actions.router,
     alerts.router,
+    billing_reports.router,
 ]
