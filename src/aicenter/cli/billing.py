@@ -184,8 +184,10 @@ def billing_report(
             ("AMOUNT", lambda r: f"{r.amount:.2f}"),
         ],
     )
-    typer.echo(f"Total {report.start} to {report.end} (excluded): {report.machine_hours:.6f} machine-hours, "
-               f"{report.amount:.2f} coins.")
+    typer.echo(
+        f"Total {report.start} to {report.end} (excluded): {report.machine_hours:.6f} machine-hours, "
+        f"{report.amount:.2f} coins."
+    )
 
 
 @billing_app.command("stats")

@@ -129,9 +129,7 @@ class BillingStats(ApiModel):
     hours_by_gpu_type: dict[str, list[Decimal]]
 
 
-def _range(
-    period: str, start: date | str | None, end: date | str | None, anchor: date | str | None
-) -> dict[str, Any]:
+def _range(period: str, start: date | str | None, end: date | str | None, anchor: date | str | None) -> dict[str, Any]:
     return query(period=period, anchor=_day(anchor), **{"from": _day(start), "to": _day(end)})
 
 
@@ -166,7 +164,10 @@ class BillingReportsMixin(BaseClient):
     def billing_report_csv(self, **kwargs: Any) -> str:
         """The same report as CSV text (arguments as ``billing_report``)."""
         params = _range(
-            kwargs.pop("period", "month"), kwargs.pop("start", None), kwargs.pop("end", None), kwargs.pop("anchor", None)
+            kwargs.pop("period", "month"),
+            kwargs.pop("start", None),
+            kwargs.pop("end", None),
+            kwargs.pop("anchor", None),
         ) | query(format="csv", **kwargs)
         return self._request("GET", "/billing/report", params=params).text
 

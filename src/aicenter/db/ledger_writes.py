@@ -138,6 +138,4 @@ async def close_copies(session: AsyncSession, finished: Mapping[int, Any]) -> No
         update(_METERS).where(m.replica_id == bindparam("b_id")).values(finished_at=bindparam("b_at")),
         [{"b_id": replica_id, "b_at": at} for replica_id, at in finished.items()],
     )
-    await session.execute(
-        update(Replica).where(Replica.id.in_(list(finished))).values(billing_closed=True)
-    )
+    await session.execute(update(Replica).where(Replica.id.in_(list(finished))).values(billing_closed=True))

@@ -56,7 +56,11 @@ async def test_report_json_csv_isolation_and_stats(client: httpx.AsyncClient, db
         ("2026-01-01", "train", "1.50", "1.500000"),
         ("2026-02-01", "notebook", "0.25", "0.250000"),
     ]
-    assert (body["amount"], body["buckets"], body["groups"]) == ("1.75", ["2026-01-01", "2026-02-01"], ["notebook", "train"])
+    assert (body["amount"], body["buckets"], body["groups"]) == (
+        "1.75",
+        ["2026-01-01", "2026-02-01"],
+        ["notebook", "train"],
+    )
 
     r = await client.get("/api/v1/billing/report", params={**params, "format": "csv"}, headers=alice.headers)
     assert r.headers["content-type"].startswith("text/csv")
@@ -68,7 +72,11 @@ async def test_report_json_csv_isolation_and_stats(client: httpx.AsyncClient, db
     r = await client.get("/api/v1/billing/report", params={**params, "workspace_id": bob_ws}, headers=alice.headers)
     assert r.status_code == 404
     r = await client.get("/api/v1/billing/report", params={**params, "group_by": "workspace"}, headers=admin.headers)
-    assert [(x["group"], x["amount"]) for x in r.json()["rows"]] == [("alice", "1.50"), ("alice", "0.25"), ("bob", "9.99")]
+    assert [(x["group"], x["amount"]) for x in r.json()["rows"]] == [
+        ("alice", "1.50"),
+        ("alice", "0.25"),
+        ("bob", "9.99"),
+    ]
 
     r = await client.get("/api/v1/billing/stats", params=params, headers=bob.headers)
     assert r.status_code == 403

@@ -35,7 +35,9 @@ def test_bad_amount_is_a_clear_error(admin_cli: Run) -> None:
 
 
 def test_report_csv_stats_and_a_bad_range(admin_cli: Run) -> None:
-    r = admin_cli("billing", "report", "--period", "month", "--by", "kind", "--from", "2026-01-01", "--to", "2026-03-01")
+    r = admin_cli(
+        "billing", "report", "--period", "month", "--by", "kind", "--from", "2026-01-01", "--to", "2026-03-01"
+    )
     assert r.exit_code == 0, r.output
     assert "Total 2026-01-01 to 2026-03-01 (excluded)" in r.stdout
     r = admin_cli("billing", "report", "--period", "year", "--by", "kind", "--csv")

@@ -21,8 +21,15 @@ async def _rollup(db: Database, username: str, day: date, kind: str, cents: int)
         ).one()
         await session.execute(
             insert(BillingRollup).values(
-                day=day, workspace_id=ws, user_id=user_id, kind=kind, spec_name="cpu-4", gpu_type="",
-                microhours=cents * 10_000, cents=cents, entries=1,
+                day=day,
+                workspace_id=ws,
+                user_id=user_id,
+                kind=kind,
+                spec_name="cpu-4",
+                gpu_type="",
+                microhours=cents * 10_000,
+                cents=cents,
+                entries=1,
             )
         )
 

@@ -79,7 +79,9 @@ async def verify(actor: CurrentActor, session: ReadSession) -> VerifyOut:
     return VerifyOut(ok=not mismatches, mismatches=[MismatchOut.model_validate(m) for m in mismatches])
 
 
-_Period = Annotated[Literal["week", "month", "year"], Query(description="Bucket size: UTC weeks (Monday), months, years.")]
+_Period = Annotated[
+    Literal["week", "month", "year"], Query(description="Bucket size: UTC weeks (Monday), months, years.")
+]
 _From = Annotated[str | None, Query(alias="from", description="First day, YYYY-MM-DD (with `to`).")]
 _To = Annotated[str | None, Query(description="First day after the range, YYYY-MM-DD (with `from`).")]
 _Anchor = Annotated[
@@ -98,7 +100,9 @@ async def billing_report(
     from_: _From = None,
     to: _To = None,
     anchor: _Anchor = None,
-    workspace_id: Annotated[int | None, Query(description="Only this workspace (a member's or any, for admins).")] = None,
+    workspace_id: Annotated[
+        int | None, Query(description="Only this workspace (a member's or any, for admins).")
+    ] = None,
     user_id: Annotated[int | None, Query(description="Only this user's copies.")] = None,
     format: Annotated[Literal["json", "csv"], Query(description="csv: one line per bucket and group.")] = "json",
 ) -> ReportOut | Response:

@@ -207,7 +207,9 @@ async def stats(
     by_type: dict[str, list[Decimal]] = {}
     total_hours, total_cents = Decimal(0), 0
     rows = await session.execute(
-        select(r.day, r.gpu_type, func.sum(r.microhours), func.sum(r.cents)).where(*in_range).group_by(r.day, r.gpu_type)
+        select(r.day, r.gpu_type, func.sum(r.microhours), func.sum(r.cents))
+        .where(*in_range)
+        .group_by(r.day, r.gpu_type)
     )
     for day, gpu_type, microhours, cents in rows.all():
         if isinstance(day, str):

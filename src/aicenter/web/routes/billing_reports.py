@@ -90,9 +90,7 @@ async def billing_reports(cx: Page) -> Response:
         report = await _report(cx, values)
         if cx.actor.is_platform_admin:
             async with cx.ctx.db.read() as session:
-                stats = await billing.stats(
-                    session, cx.actor, period=report.period, start=report.start, end=report.end
-                )
+                stats = await billing.stats(session, cx.actor, period=report.period, start=report.start, end=report.end)
     except AicenterError as exc:
         forms.append(failed_form("billing-report", values, exc, FILTERS))
         status = exc.status
