@@ -148,3 +148,26 @@ async def test_isolation_csv_and_statistics_for_admins_only(db: Database, tmp_pa
     assert s.users >= 3
     assert s.buckets[0] == date(2026, 4, 27)  # the week holding May 1st starts on Monday April 27th
     assert s.hours_by_gpu_type == {"": [Decimal(0), Decimal(4), Decimal(0), Decimal(0), Decimal(0)]}
+
+
+async def test_a_job_deleted_before_its_closing_pass_is_closed_where_its_charges_end(
+    db: Database, tmp_path: Path
+) -> None:
+    w = await job_world(db, tmp_path)
+    t0 = datetime(2026, 3, 2, 8, tzinfo=UTC)
+    job_id = await run_job(db, w, t0, t0 + timedelta(hours=2), [t0 + timedelta(minutes=30)])
+    async with db.write() as session:  # it ended at 08:40; deleted before a pass closed its copies
+        await session.execute(
+            update(Replica).where(Replica.job_id == job_id).values(finished_at=t0 + timedelta(minutes=40))
+        )
+        await session.execute(update(Job).where(Job.id == job_id).values(status="succeeded"))
+    async with db.write() as session:
+        await jobs.delete_job(session, w.p.alice, job_id)
+    async with db.write() as session:
+        result = await billing.meter(session, t0 + timedelta(minutes=45), min_period=timedelta(seconds=60))
+    assert (result.closed, result.entries) == (2, 0)
+    async with db.read() as session:
+        copies = (await session.scalars(select(BillingMeter).where(BillingMeter.job_id == job_id))).all()
+        assert await billing.verify(session, ADMIN) == []
+    assert [(c.closed_at is not None, c.finished_at) for c in copies] == [(True, t0 + timedelta(minutes=30))] * 2
+    assert await charged_cents(db) == 200  # 2 copies x weight 2 x 0.5 h x 1/h: the 10 unmetered minutes are lost

@@ -166,6 +166,11 @@ async def meter(
             sums[1] += cents
             sums[2] += 1
         result.closed += charge.closes
+    if after_replica_id == 0:  # once per pass: its first batch
+        for orphan in await _orphans(session, now):
+            moved.append(orphan)
+            finished[orphan["replica_id"]] = orphan["charged_until"]
+            result.closed += 1
     if await advance_meters(session, moved) != len(moved):
         raise MeterRaced("a copy was metered by another pass")
     if len(await insert_meters_if_absent(session, new_meters)) != len(new_meters):
@@ -176,6 +181,30 @@ async def meter(
     )
     await move_balances(session, deltas)
     return result
+
+
+async def _orphans(session: AsyncSession, now: datetime) -> list[dict[str, Any]]:
+    """Open meter rows whose replica is gone (its job was deleted after the copy ended but before the pass
+    that would have closed it): closed where their charges end, since the end died with the replica. Their
+    charges are the formula from the start to there, so ``verify`` still holds; at most one interval of
+    machine time goes unbilled."""
+    m = BillingMeter
+    rows = await session.execute(
+        select(m.replica_id, m.charged_until, m.microhours, m.cents).where(
+            m.closed_at.is_(None), ~select(Replica.id).where(Replica.id == m.replica_id).exists()
+        )
+    )
+    return [
+        {
+            "replica_id": r.replica_id,
+            "old": r.charged_until,
+            "charged_until": r.charged_until,
+            "microhours": r.microhours,
+            "cents": r.cents,
+            "closed_at": now,
+        }
+        for r in rows
+    ]
 
 
 _ROLLUP_COLUMNS = ("day", "workspace_id", "user_id", "kind", "spec_name", "gpu_type")
