@@ -61,6 +61,15 @@ async def meter(
     Raises:
         MeterRaced: another meter wrote one of these copies meanwhile; roll back and run again.
     """
+    # The batch's copies first, in id order through the index (billing_closed, id), then their facts and meter
+    # rows by primary key: joined in one query, PostgreSQL hashed every meter row ever written instead.
+    batch = (
+        select(Replica.id)
+        .where(Replica.billing_closed.is_(False), Replica.started_at.is_not(None), Replica.id > after_replica_id)
+        .order_by(Replica.id)
+        .limit(limit)
+        .subquery()
+    )
     stmt = (
         select(
             Replica.id,
@@ -80,23 +89,21 @@ async def meter(
             BillingMeter.charged_until,
             BillingMeter.microhours,
             BillingMeter.cents,
+            BillingMeter.closed_at,
         )
+        .select_from(batch)
+        .join(Replica, Replica.id == batch.c.id)
         .join(Job, Job.id == Replica.job_id)
         .outerjoin(ResourceSpec, ResourceSpec.id == Replica.spec_id)
         .outerjoin(BillingMeter, BillingMeter.replica_id == Replica.id)
-        .where(
-            Replica.billing_closed.is_(False),
-            Replica.started_at.is_not(None),
-            BillingMeter.closed_at.is_(None),
-            Replica.id > after_replica_id,
-        )
         .order_by(Replica.id)
-        .limit(limit)
     )
     rows = (await session.execute(stmt)).all()
     result = MeterResult(last_replica_id=rows[-1].id if rows else None, more=len(rows) == limit)
     pending: list[tuple[billing.Charge, billing.Metered, Any, bool]] = []
     for r in rows:
+        if r.closed_at is not None:  # the flag is written with the close; the meter row is what decides
+            continue
         copy = billing.Copy(
             r.id, billing.weight_decimal(r.billing_weight), Decimal(r.price_per_hour), r.started_at, r.finished_at
         )
