@@ -63,3 +63,4 @@ async def test_report_page_table_chart_csv_and_admin_summary(
     everything = await admin.get(f"/billing/reports?{query}")
     assert everything.text.count('data-testid="billing-report-row"') == 2
     assert 'data-testid="billing-stats"' in everything.text
+    assert 'data-testid="chart-billing-accelerator-utilization"' in everything.text  # monitoring's series

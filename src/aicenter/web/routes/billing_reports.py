@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, time
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter
 from starlette.responses import Response
@@ -95,7 +96,7 @@ async def billing_reports(cx: Page) -> Response:
         forms.append(failed_form("billing-report", values, exc, FILTERS))
         status = exc.status
     table: dict[tuple[Any, str], billing.ReportRow] = {(r.bucket, r.group): r for r in report.rows} if report else {}
-    query = "&".join(f"{k}={v}" for k, v in values.items() if v)
+    query = urlencode({k: v for k, v in values.items() if v})
     return render(
         cx,
         "billing/reports.html",
