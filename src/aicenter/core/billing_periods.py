@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from aicenter.core.errors import ValidationFailed
 
-MAX_RANGE_DAYS = 5 * 366 + 1  # five years, leap days included
+MAX_RANGE_YEARS = 5
 
 
 class Period(StrEnum):
@@ -52,6 +52,14 @@ def buckets(start: date, end: date, period: Period) -> list[date]:
     return out
 
 
+def _add_years(day: date, years: int) -> date:
+    """The same day ``years`` later; February 29th becomes March 1st in a common year."""
+    try:
+        return day.replace(year=day.year + years)
+    except ValueError:
+        return date(day.year + years, 3, 1)
+
+
 def parse_day(value: str | None, field: str) -> date | None:
     """A ``YYYY-MM-DD`` day, or None when absent.
 
@@ -84,6 +92,6 @@ def report_range(period: Period, start: date | None, end: date | None, anchor: d
         )
     if end <= start:
         raise ValidationFailed(f"must be after from ({start.isoformat()}): the range is [from, to)", field="to")
-    if (end - start).days > MAX_RANGE_DAYS:
-        raise ValidationFailed("the range is longer than five years; ask for a shorter one", field="to")
+    if end > _add_years(start, MAX_RANGE_YEARS):
+        raise ValidationFailed(f"the range is longer than {MAX_RANGE_YEARS} years; ask for a shorter one", field="to")
     return start, end
