@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: da4196c4e172
+Revision ID: 6c3b870657f5
 Revises: 
-Create Date: 2026-12-06 02:33:19.965275
+Create Date: 2026-12-06 03:07:33.211159
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'da4196c4e172'
+revision: str = '6c3b870657f5'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
