@@ -192,3 +192,85 @@ def policy_set(
         typer.echo(_describe(policy))
     else:
         out.show(policy, output)
+
+
+PeriodOpt = Annotated[str, typer.Option("--period", "-p", help="week, month or year (UTC; weeks start Monday).")]
+FromOpt = Annotated[str | None, typer.Option("--from", help="First day, YYYY-MM-DD (with --to).")]
+ToOpt = Annotated[str | None, typer.Option("--to", help="First day after the range, YYYY-MM-DD (with --from).")]
+AnchorOpt = Annotated[
+    str | None, typer.Option("--anchor", help="Without --from/--to: the period holding this day (default today).")
+]
+
+
+@billing_app.command("report")
+def billing_report(
+    period: PeriodOpt = "month",
+    by: Annotated[str, typer.Option("--by", help="workspace, user, spec, gpu_type or kind.")] = "workspace",
+    start: FromOpt = None,
+    end: ToOpt = None,
+    anchor: AnchorOpt = None,
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", "-w", help="Only this workspace (default: all you see).")
+    ] = None,
+    csv: Annotated[bool, typer.Option("--csv", help="Print CSV (one line per period and group).")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Machine-hours and spend per period and group, of the workspaces you are a member of (admins: all)."""
+    with client() as api:
+        kwargs = {
+            "period": period,
+            "group_by": by,
+            "start": start,
+            "end": end,
+            "anchor": anchor,
+            "workspace_id": workspace_id(api, workspace) if workspace else None,
+        }
+        if csv:
+            typer.echo(api.billing_report_csv(**kwargs), nl=False)
+            return
+        report = api.billing_report(**kwargs)  # type: ignore[arg-type]
+    if output is not Output.table:
+        out.show(report, output)
+        return
+    out.show(
+        report.rows,
+        output,
+        [
+            (period.upper(), lambda r: r.bucket),
+            (by.upper(), lambda r: r.group),
+            ("MACHINE-H", lambda r: f"{r.machine_hours:.6f}"),
+            ("AMOUNT", lambda r: f"{r.amount:.2f}"),
+        ],
+    )
+    typer.echo(
+        f"Total {report.start} to {report.end} (excluded): {report.machine_hours:.6f} machine-hours, "
+        f"{report.amount:.2f} coins."
+    )
+
+
+@billing_app.command("stats")
+def billing_stats(
+    period: PeriodOpt = "month",
+    start: FromOpt = None,
+    end: ToOpt = None,
+    anchor: AnchorOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The platform statistics summary (platform admins): users, workspaces, jobs, machine-hours per
+    accelerator type and period."""
+    with client() as api:
+        stats = api.billing_stats(period=period, start=start, end=end, anchor=anchor)
+    if output is not Output.table:
+        out.show(stats, output)
+        return
+    typer.echo(
+        f"{stats.start} to {stats.end} (excluded): {stats.users} users, {stats.workspaces} workspaces "
+        f"({stats.active_workspaces} charged), {stats.jobs} jobs ran, {stats.machine_hours:.6f} machine-hours, "
+        f"{stats.amount:.2f} coins."
+    )
+    out.show(
+        [(b, {t: series[i] for t, series in stats.hours_by_gpu_type.items()}) for i, b in enumerate(stats.buckets)],
+        output,
+        [(period.upper(), lambda x: x[0])]
+        + [(t or "(none)", lambda x, t=t: f"{x[1][t]:.2f}") for t in stats.hours_by_gpu_type],  # type: ignore[misc]
+    )

@@ -6,7 +6,16 @@
 """
 
 from aicenter.client._base import UNSET
-from aicenter.client._billing import Balance, BillingPolicy, Cost, LedgerEntry, Verification
+from aicenter.client._billing import (
+    Balance,
+    BillingPolicy,
+    BillingStats,
+    Cost,
+    LedgerEntry,
+    Report,
+    ReportRow,
+    Verification,
+)
 from aicenter.client._latest import LatestValue
 from aicenter.client._ssh_keys import SshKey
 from aicenter.client.client import Client
@@ -62,6 +71,7 @@ __all__ = [
     "AuditEvent",
     "Balance",
     "BillingPolicy",
+    "BillingStats",
     "Build",
     "Client",
     "ConnectionFailed",
@@ -91,6 +101,8 @@ __all__ = [
     "Progress",
     "PullReport",
     "Quota",
+    "Report",
+    "ReportRow",
     "Series",
     "SeriesData",
     "SeriesPoint",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
 from aicenter.client._base import UNSET, BaseClient, body, query
 from aicenter.client.models import ApiModel, Page
@@ -153,3 +154,92 @@ class BillingMixin(BaseClient):
             f"/workspaces/{workspace_id}/billing-policy",
             json={"arrears": arrears, "grace_minutes": grace_minutes, "monthly_limit": limit},
         )
+
+
+class ReportRow(ApiModel):
+    bucket: date  # the first day (UTC) of the week, month or year
+    group: str
+    machine_hours: Decimal
+    amount: Decimal  # coins spent
+    entries: int = 0
+
+
+class Report(ApiModel):
+    period: str
+    group_by: str
+    start: date
+    end: date  # excluded
+    buckets: list[date]
+    groups: list[str]
+    rows: list[ReportRow]
+    machine_hours: Decimal
+    amount: Decimal
+
+
+class BillingStats(ApiModel):
+    period: str
+    start: date
+    end: date
+    users: int
+    workspaces: int
+    active_workspaces: int
+    jobs: int
+    machine_hours: Decimal
+    amount: Decimal
+    buckets: list[date]
+    hours_by_gpu_type: dict[str, list[Decimal]]
+
+
+def _range(period: str, start: date | str | None, end: date | str | None, anchor: date | str | None) -> dict[str, Any]:
+    return query(period=period, anchor=_day(anchor), **{"from": _day(start), "to": _day(end)})
+
+
+def _day(value: date | str | None) -> str | None:
+    return value.isoformat() if isinstance(value, date) else value
+
+
+class BillingReportsMixin(BaseClient):
+    def billing_report(
+        self,
+        *,
+        period: str = "month",
+        group_by: str = "workspace",
+        start: date | str | None = None,
+        end: date | str | None = None,
+        anchor: date | str | None = None,
+        workspace_id: int | None = None,
+        user_id: int | None = None,
+    ) -> Report:
+        """Machine-hours and spend per ``period`` (week, month, year; UTC) and ``group_by`` (workspace, user,
+        spec, gpu_type, kind) over ``[start, end)`` (both or neither: then the period holding ``anchor``, default
+        today), of the workspaces you are a member of (platform admins: all).
+
+        Raises:
+            ApiError: ``validation_failed`` for one end only, a reversed range or one over five years.
+        """
+        params = _range(period, start, end, anchor) | query(
+            group_by=group_by, workspace_id=workspace_id, user_id=user_id
+        )
+        return self._one(Report, "GET", "/billing/report", params=params)
+
+    def billing_report_csv(self, **kwargs: Any) -> str:
+        """The same report as CSV text (arguments as ``billing_report``)."""
+        params = _range(
+            kwargs.pop("period", "month"),
+            kwargs.pop("start", None),
+            kwargs.pop("end", None),
+            kwargs.pop("anchor", None),
+        ) | query(format="csv", **kwargs)
+        return self._request("GET", "/billing/report", params=params).text
+
+    def billing_stats(
+        self,
+        *,
+        period: str = "month",
+        start: date | str | None = None,
+        end: date | str | None = None,
+        anchor: date | str | None = None,
+    ) -> BillingStats:
+        """The platform statistics summary (platform admins): users, workspaces, jobs, machine-hours and spend,
+        machine-hours per accelerator type per period."""
+        return self._one(BillingStats, "GET", "/billing/stats", params=_range(period, start, end, anchor))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aicenter.client._alerts import AlertsMixin
 from aicenter.client._auth import AuthMixin
-from aicenter.client._billing import BillingMixin
+from aicenter.client._billing import BillingMixin, BillingReportsMixin
 from aicenter.client._inventory import InventoryMixin
 from aicenter.client._jobs import JobsMixin
 from aicenter.client._latest import LatestMixin
@@ -29,6 +29,7 @@ class Client(
     AlertsMixin,
     SshKeysMixin,
     BillingMixin,
+    BillingReportsMixin,
 ):
     """A synchronous client of an aicenter server.
 

@@ -13,7 +13,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from aicenter.db.models.billing import BillingMeter, LedgerEntry
+from aicenter.db.models.billing import BillingMeter, BillingRollup, LedgerEntry
+from aicenter.db.models.jobs import Replica
 
 _LEDGER = cast(Table, LedgerEntry.__table__)
 _METERS = cast(Table, BillingMeter.__table__)
@@ -101,3 +102,40 @@ _ADVANCE_PG = text(
     bindparam("cents", type_=ARRAY(BigInteger)),
     bindparam("closed", type_=ARRAY(DateTime(timezone=True))),
 )
+
+
+_ROLLUPS = cast(Table, BillingRollup.__table__)
+_ROLLUP_KEY = ("day", "workspace_id", "user_id", "kind", "spec_name", "gpu_type")
+
+
+async def add_to_rollups(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Add ``{day, workspace_id, user_id, kind, spec_name, gpu_type, microhours, cents, entries}`` to the day
+    rollups (``INSERT ... ON CONFLICT DO UPDATE SET x = x + excluded.x``), in key order so two writers lock the
+    same rows in the same order. Integers: the sums are exact on SQLite too."""
+    if not rows:
+        return
+    statement = _insert(session)(_ROLLUPS)
+    c = _ROLLUPS.c
+    statement = statement.on_conflict_do_update(
+        index_elements=list(_ROLLUP_KEY),
+        set_={
+            "microhours": c.microhours + statement.excluded.microhours,
+            "cents": c.cents + statement.excluded.cents,
+            "entries": c.entries + statement.excluded.entries,
+        },
+    )
+    for row in sorted(rows, key=lambda r: tuple(r[k] for k in _ROLLUP_KEY)):
+        await session.execute(statement, row)  # one row each: few per batch (one per day and key)
+
+
+async def close_copies(session: AsyncSession, finished: Mapping[int, Any]) -> None:
+    """Record the end of closed copies on their meter rows and flag their replicas closed (the meter's pass
+    reads only replicas not flagged). ``finished``: replica id -> finished_at."""
+    if not finished:
+        return
+    m = _METERS.c
+    await session.execute(
+        update(_METERS).where(m.replica_id == bindparam("b_id")).values(finished_at=bindparam("b_at")),
+        [{"b_id": replica_id, "b_at": at} for replica_id, at in finished.items()],
+    )
+    await session.execute(update(Replica).where(Replica.id.in_(list(finished))).values(billing_closed=True))

@@ -52,3 +52,24 @@ def test_policy_set_get_and_shown_with_the_balance(admin_cli: Run) -> None:
     r = admin_cli("billing", "policy", "set", "off")  # off without a limit: nothing is refused any more
     assert r.exit_code == 0, r.output
     assert "arrears off; this month 0.00 of no limit" in r.stdout
+
+
+def test_report_csv_stats_and_a_bad_range(admin_cli: Run) -> None:
+    r = admin_cli(
+        "billing", "report", "--period", "month", "--by", "kind", "--from", "2026-01-01", "--to", "2026-03-01"
+    )
+    assert r.exit_code == 0, r.output
+    assert "Total 2026-01-01 to 2026-03-01 (excluded)" in r.stdout
+    r = admin_cli("billing", "report", "--period", "year", "--by", "kind", "--csv")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == "period_start,kind,machine_hours,amount,entries"
+    report = json.loads(admin_cli("billing", "report", "--by", "spec", "-o", "json").stdout)
+    assert report["group_by"] == "spec"
+    assert len(report["buckets"]) == 1  # without a range: the month holding today
+    r = admin_cli("billing", "stats", "--period", "week", "--from", "2026-01-05", "--to", "2026-01-19")
+    assert r.exit_code == 0, r.output
+    assert "users" in r.stdout
+    r = admin_cli("billing", "report", "--from", "2026-03-01", "--to", "2026-01-01")
+    assert r.exit_code != 0
+    assert "to" in r.output
+    assert "after from" in r.output

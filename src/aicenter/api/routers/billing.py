@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
 from aicenter.api.access import Access, access
 from aicenter.api.deps import CurrentActor, Paging, ReadSession, WriteSession
@@ -18,9 +18,12 @@ from aicenter.api.schemas.billing import (
     MismatchOut,
     PolicyIn,
     PolicyOut,
+    ReportOut,
+    StatsOut,
     VerifyOut,
 )
 from aicenter.api.schemas.common import ERROR_RESPONSES, Page
+from aicenter.core.billing_periods import Period, parse_day
 from aicenter.core.clock import utcnow
 from aicenter.services import billing, jobs, serving
 
@@ -116,3 +119,76 @@ async def set_policy(workspace_id: Id, body: PolicyIn, actor: CurrentActor, sess
         monthly_limit=body.monthly_limit,
     )
     return PolicyOut.model_validate(view)
+
+
+_Period = Annotated[
+    Literal["week", "month", "year"], Query(description="Bucket size: UTC weeks (Monday), months, years.")
+]
+_From = Annotated[str | None, Query(alias="from", description="First day, YYYY-MM-DD (with `to`).")]
+_To = Annotated[str | None, Query(description="First day after the range, YYYY-MM-DD (with `from`).")]
+_Anchor = Annotated[
+    str | None, Query(description="Without from/to: the report is the period holding this day (default today).")
+]
+
+
+@router.get("/billing/report", openapi_extra=access(Access.USER), response_model=ReportOut)
+async def billing_report(
+    actor: CurrentActor,
+    session: ReadSession,
+    period: _Period = "month",
+    group_by: Annotated[
+        Literal["workspace", "user", "spec", "gpu_type", "kind"], Query(description="The one dimension.")
+    ] = "workspace",
+    from_: _From = None,
+    to: _To = None,
+    anchor: _Anchor = None,
+    workspace_id: Annotated[
+        int | None, Query(description="Only this workspace (a member's or any, for admins).")
+    ] = None,
+    user_id: Annotated[int | None, Query(description="Only this user's copies.")] = None,
+    format: Annotated[Literal["json", "csv"], Query(description="csv: one line per bucket and group.")] = "json",
+) -> ReportOut | Response:
+    """Machine-hours and spend per period and group over `[from, to)` (both, at most five years) or the period
+    holding `anchor`, of the workspaces the caller is a member of (platform admins: all). One end only, a
+    reversed range or a bad date: 422 `validation_failed` naming the field."""
+    result = await billing.report(
+        session,
+        actor,
+        period=Period(period),
+        group_by=billing.GroupBy(group_by),
+        start=parse_day(from_, "from"),
+        end=parse_day(to, "to"),
+        anchor=parse_day(anchor, "anchor"),
+        workspace_id=workspace_id,
+        user_id=user_id,
+    )
+    if format == "csv":
+        filename = f"billing-{period}-{group_by}-{result.start.isoformat()}.csv"
+        return Response(
+            billing.report_csv(result),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
+    return ReportOut.model_validate(result)
+
+
+@router.get("/billing/stats", openapi_extra=access(Access.ADMIN))
+async def billing_stats(
+    actor: CurrentActor,
+    session: ReadSession,
+    period: _Period = "month",
+    from_: _From = None,
+    to: _To = None,
+    anchor: _Anchor = None,
+) -> StatsOut:
+    """The platform statistics summary (platform admins): users, workspaces, active workspaces, jobs that ran,
+    machine-hours and spend, and machine-hours per accelerator type per period."""
+    result = await billing.stats(
+        session,
+        actor,
+        period=Period(period),
+        start=parse_day(from_, "from"),
+        end=parse_day(to, "to"),
+        anchor=parse_day(anchor, "anchor"),
+    )
+    return StatsOut.model_validate(result)

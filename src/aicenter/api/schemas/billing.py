@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Literal
 
@@ -114,3 +114,45 @@ class PolicyOut(BaseModel):
     cause: str | None = Field(description="balance or limit, while in arrears.")
     balance: Coins
     month_spend: Coins = Field(description="Coins charged since the start of this month (UTC).")
+
+
+class ReportRowOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    bucket: date = Field(description="The first day (UTC) of the week (Monday), month or year.")
+    group: str = Field(description="The group's name: a workspace, user, spec, accelerator type or kind.")
+    machine_hours: MachineHours
+    amount: Coins = Field(description="Coins charged (positive: spent).")
+    entries: int = Field(description="Charge entries summed.")
+
+
+class ReportOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    period: str
+    group_by: str
+    start: date = Field(description="First day of the range (UTC).")
+    end: date = Field(description="First day after the range: the range is [start, end).")
+    buckets: list[date]
+    groups: list[str]
+    rows: list[ReportRowOut]
+    machine_hours: MachineHours
+    amount: Coins
+
+
+class StatsOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    period: str
+    start: date
+    end: date
+    users: int = Field(description="Active users.")
+    workspaces: int
+    active_workspaces: int = Field(description="Workspaces charged in the range.")
+    jobs: int = Field(description="Jobs, notebooks and services with a copy running in the range.")
+    machine_hours: MachineHours
+    amount: Coins
+    buckets: list[date]
+    hours_by_gpu_type: dict[str, list[MachineHours]] = Field(
+        description='Machine-hours per accelerator type ("" none) per bucket: the accelerator-time trend.'
+    )

@@ -2,7 +2,7 @@
 
 from aicenter.db.models.alerts import Alert, AlertChannel, AlertRule, ClusterEvent, Notification, Silence
 from aicenter.db.models.audit import AuditEvent
-from aicenter.db.models.billing import BillingMeter, BillingPolicy, LedgerEntry
+from aicenter.db.models.billing import BillingMeter, BillingPolicy, BillingRollup, LedgerEntry
 from aicenter.db.models.catalog import CatalogItem, CatalogVersion, ImageBuild, UploadSession, VersionFile
 from aicenter.db.models.inventory import AcceleratorType, Node, Pool, PoolGrant, ResourceSpec
 from aicenter.db.models.jobs import Job, JobEvent, JobTemplate, Replica
@@ -22,6 +22,7 @@ __all__ = [
     "AuditEvent",
     "BillingMeter",
     "BillingPolicy",
+    "BillingRollup",
     "CatalogItem",
     "CatalogVersion",
     "ClusterEvent",

@@ -8,9 +8,10 @@ Amounts and machine time are integers (cents, micro machine-hours): exact, and s
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from decimal import Decimal
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, Date, ForeignKey, Index, Integer, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.core.clock import utcnow
@@ -53,7 +54,12 @@ class LedgerEntry(IdMixin, Base):
 class BillingMeter(Base):
     """What the meter charged for one copy (replica attempt) so far: up to ``charged_until``, the sums of its
     charges; ``closed_at`` once the copy ended and its last charge is written. Kept so that a pass reads one row
-    per open copy, not the copy's ledger entries."""
+    per open copy, not the copy's ledger entries.
+
+    Also billing's own copy record: the copy's facts (who, what, at which weight and price, from when) written
+    with its first charge, and ``finished_at`` with its last. No foreign keys: deleting a finished job deletes
+    its replicas, never this row, so ``verify`` and the reports still see the copy.
+    """
 
     __tablename__ = "billing_meters"
 
@@ -64,8 +70,23 @@ class BillingMeter(Base):
     microhours: Mapped[int] = mapped_column(BigInteger, default=0)
     cents: Mapped[int] = mapped_column(BigInteger, default=0)
     closed_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The copy record (see the class docstring); defaults only for rows written before these columns existed.
+    user_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    task: Mapped[str] = mapped_column(String(64), default="")
+    kind: Mapped[str] = mapped_column(String(16), default="train")  # Job.kind: train, notebook or service
+    spec_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    spec_name: Mapped[str] = mapped_column(String(64), default="")
+    gpu_type: Mapped[str] = mapped_column(String(64), default="")
+    gpu: Mapped[int] = mapped_column(default=0)
+    billing_weight: Mapped[float] = mapped_column(default=1.0)
+    price_per_hour: Mapped[Decimal] = mapped_column(Numeric(20, 4), default=Decimal(0))
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
 
-    __table_args__ = (Index("ix_billing_meters_closed_at", "closed_at"),)
+    __table_args__ = (
+        Index("ix_billing_meters_closed_at", "closed_at"),
+        Index("ix_billing_meters_workspace_id", "workspace_id"),
+    )
 
 
 class BillingPolicy(Base):
@@ -89,3 +110,27 @@ class BillingPolicy(Base):
     cause: Mapped[str | None] = mapped_column(String(16), default=None)  # balance | limit
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_by: Mapped[str] = mapped_column(String(64), default="")
+
+
+class BillingRollup(Base):
+    """The charges of one UTC day per (workspace, user, kind, spec, accelerator type): the reports' source.
+
+    Written by the meter in the transaction of the charges it sums, only for entries actually inserted, so a
+    rollup is exactly the sum of its day's charge entries (a charge belongs to the UTC day its period ends).
+    ``user_id`` 0 is a copy without a user; ``spec_name`` and ``gpu_type`` "" are none: key columns are never
+    NULL, so the upsert's conflict target always matches.
+    """
+
+    __tablename__ = "billing_rollups"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    spec_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    microhours: Mapped[int] = mapped_column(BigInteger, default=0)
+    cents: Mapped[int] = mapped_column(BigInteger, default=0)
+    entries: Mapped[int] = mapped_column(BigInteger, default=0)
+
+    __table_args__ = (Index("ix_billing_rollups_workspace_id_day", "workspace_id", "day"),)

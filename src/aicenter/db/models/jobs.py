@@ -101,10 +101,14 @@ class Replica(IdMixin, TimestampMixin, Base):
     ports: Mapped[list[Any]] = mapped_column(default=list)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Set by the billing meter with the copy's last charge: its pass reads only the copies not yet closed
+    # (this index), not every replica that ever started.
+    billing_closed: Mapped[bool] = mapped_column(default=False)
 
     __table_args__ = (
         UniqueConstraint("job_id", "task", "index", "attempt", name="uq_replicas_job_task_index_attempt"),
         Index("ix_replicas_status", "status"),
+        Index("ix_replicas_billing_closed_id", "billing_closed", "id"),
     )
 
 

@@ -47,6 +47,7 @@ from aicenter.services.billing._policy import (
     register_facts,
     set_policy,
 )
+from aicenter.services.billing._reports import GroupBy, Report, ReportRow, Stats, report, report_csv, stats
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
@@ -57,10 +58,15 @@ __all__ = [
     "CostView",
     "EntryKind",
     "EntryView",
+    # reports
+    "GroupBy",
     "MeterRaced",
     "MeterResult",
     "Mismatch",
     "PolicyView",
+    "Report",
+    "ReportRow",
+    "Stats",
     "Transition",
     "account",
     "adjust",
@@ -82,7 +88,10 @@ __all__ = [
     "recharge",
     "refund",
     "register_facts",
+    "report",
+    "report_csv",
     "service_cost",
     "set_policy",
+    "stats",
     "verify",
 ]

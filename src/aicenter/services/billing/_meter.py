@@ -1,17 +1,30 @@
-"""The meter: charges every started copy that is not closed (package docstring: exactly once)."""
+"""The meter: charges every started copy that is not closed (package docstring: exactly once).
+
+A pass reads only copies not yet closed (``Replica.billing_closed``, indexed with the id), not every replica
+that ever started. With a copy's first charge it writes billing's own copy record (``BillingMeter``: who, what,
+weight, price, start) and with its last the end; with every charge it adds to the day rollups the reports read.
+All in the caller's transaction, behind the same two guards, so the rollups are exactly once as the ledger is.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
-from aicenter.db.ledger_writes import advance_meters, insert_entries_if_absent, insert_meters_if_absent
-from aicenter.db.models import BillingMeter, Job, Replica
+from aicenter.db.ledger_writes import (
+    add_to_rollups,
+    advance_meters,
+    close_copies,
+    insert_entries_if_absent,
+    insert_meters_if_absent,
+)
+from aicenter.db.models import BillingMeter, Job, Replica, ResourceSpec
 from aicenter.services.billing._ledger import EntryKind, move_balances
 
 
@@ -48,11 +61,27 @@ async def meter(
     Raises:
         MeterRaced: another meter wrote one of these copies meanwhile; roll back and run again.
     """
+    # The batch's copies first, in id order through the index (billing_closed, id), then their facts and meter
+    # rows by primary key: joined in one query, PostgreSQL hashed every meter row ever written instead.
+    batch = (
+        select(Replica.id)
+        .where(Replica.billing_closed.is_(False), Replica.started_at.is_not(None), Replica.id > after_replica_id)
+        .order_by(Replica.id)
+        .limit(limit)
+        .subquery()
+    )
     stmt = (
         select(
             Replica.id,
             Replica.job_id,
             Job.workspace_id,
+            Job.user_id,
+            Job.kind,
+            Replica.task,
+            Replica.spec_id,
+            ResourceSpec.name.label("spec_name"),
+            Replica.gpu_type,
+            Replica.gpu,
             Replica.billing_weight,
             Replica.price_per_hour,
             Replica.started_at,
@@ -60,17 +89,21 @@ async def meter(
             BillingMeter.charged_until,
             BillingMeter.microhours,
             BillingMeter.cents,
+            BillingMeter.closed_at,
         )
+        .select_from(batch)
+        .join(Replica, Replica.id == batch.c.id)
         .join(Job, Job.id == Replica.job_id)
+        .outerjoin(ResourceSpec, ResourceSpec.id == Replica.spec_id)
         .outerjoin(BillingMeter, BillingMeter.replica_id == Replica.id)
-        .where(Replica.started_at.is_not(None), BillingMeter.closed_at.is_(None), Replica.id > after_replica_id)
         .order_by(Replica.id)
-        .limit(limit)
     )
     rows = (await session.execute(stmt)).all()
     result = MeterResult(last_replica_id=rows[-1].id if rows else None, more=len(rows) == limit)
-    pending: list[tuple[billing.Charge, billing.Metered, int, int, bool]] = []
+    pending: list[tuple[billing.Charge, billing.Metered, Any, bool]] = []
     for r in rows:
+        if r.closed_at is not None:  # the flag is written with the close; the meter row is what decides
+            continue
         copy = billing.Copy(
             r.id, billing.weight_decimal(r.billing_weight), Decimal(r.price_per_hour), r.started_at, r.finished_at
         )
@@ -86,15 +119,15 @@ async def meter(
         )
         charge = billing.next_charge(copy, metered, now, min_period=min_period)
         if charge is not None:
-            pending.append((charge, metered, r.workspace_id, r.job_id, known))
+            pending.append((charge, metered, r, known))
     entries = [
         {
-            "workspace_id": workspace_id,
+            "workspace_id": r.workspace_id,
             "kind": EntryKind.CHARGE.value,
             "amount_cents": -billing.to_cents(charge.amount),
             "machine_microhours": int(charge.hours.scaleb(billing.HOURS_PLACES)),
             "idempotency_key": charge.key,
-            "job_id": job_id,
+            "job_id": r.job_id,
             "replica_id": charge.copy_id,
             "period_start": charge.period_start,
             "period_end": charge.period_end,
@@ -103,7 +136,7 @@ async def meter(
             "actor_name": "system",
             "created_at": now,
         }
-        for charge, _, workspace_id, job_id, _ in pending
+        for charge, _, r, _ in pending
         if charge.hours or charge.amount
     ]
     inserted = await insert_entries_if_absent(session, entries)
@@ -111,7 +144,9 @@ async def meter(
     new_meters: list[dict[str, object]] = []
     moved: list[dict[str, object]] = []
     deltas: dict[int, int] = {}
-    for charge, metered, workspace_id, job_id, known in pending:
+    finished: dict[int, datetime] = {}
+    rollups: dict[tuple[object, ...], list[int]] = {}
+    for charge, metered, r, known in pending:
         if charge.key in wanted and charge.key not in inserted:
             continue  # another meter charged this very period (and moved the copy's meter row with it)
         after = charge.after(metered)
@@ -124,17 +159,96 @@ async def meter(
         if known:
             moved.append({"replica_id": charge.copy_id, "old": metered.until, **values})
         else:
-            new_meters.append({"replica_id": charge.copy_id, "workspace_id": workspace_id, "job_id": job_id, **values})
+            new_meters.append(_copy_record(r, values, charge.closes))
+        if charge.closes:
+            finished[charge.copy_id] = r.finished_at
         if charge.key in inserted:
             cents = billing.to_cents(charge.amount)
-            deltas[workspace_id] = deltas.get(workspace_id, 0) - cents
+            deltas[r.workspace_id] = deltas.get(r.workspace_id, 0) - cents
             result.entries += 1
             result.cents += cents
-            result.workspaces.add(workspace_id)
+            result.workspaces.add(r.workspace_id)
+            sums = rollups.setdefault(_rollup_key(r, charge), [0, 0, 0])
+            sums[0] += int(charge.hours.scaleb(billing.HOURS_PLACES))
+            sums[1] += cents
+            sums[2] += 1
         result.closed += charge.closes
+    if after_replica_id == 0:  # once per pass: its first batch
+        for orphan in await _orphans(session, now):
+            moved.append(orphan)
+            finished[orphan["replica_id"]] = orphan["charged_until"]
+            result.closed += 1
     if await advance_meters(session, moved) != len(moved):
         raise MeterRaced("a copy was metered by another pass")
     if len(await insert_meters_if_absent(session, new_meters)) != len(new_meters):
         raise MeterRaced("a copy's first charge was written by another pass")
+    await close_copies(session, finished)
+    await add_to_rollups(
+        session, [dict(zip(_ROLLUP_COLUMNS, key, strict=True)) | _sums(v) for key, v in rollups.items()]
+    )
     await move_balances(session, deltas)
     return result
+
+
+async def _orphans(session: AsyncSession, now: datetime) -> list[dict[str, Any]]:
+    """Open meter rows whose replica is gone (its job was deleted after the copy ended but before the pass
+    that would have closed it): closed where their charges end, since the end died with the replica. Their
+    charges are the formula from the start to there, so ``verify`` still holds; at most one interval of
+    machine time goes unbilled."""
+    m = BillingMeter
+    rows = await session.execute(
+        select(m.replica_id, m.charged_until, m.microhours, m.cents).where(
+            m.closed_at.is_(None), ~select(Replica.id).where(Replica.id == m.replica_id).exists()
+        )
+    )
+    return [
+        {
+            "replica_id": r.replica_id,
+            "old": r.charged_until,
+            "charged_until": r.charged_until,
+            "microhours": r.microhours,
+            "cents": r.cents,
+            "closed_at": now,
+        }
+        for r in rows
+    ]
+
+
+_ROLLUP_COLUMNS = ("day", "workspace_id", "user_id", "kind", "spec_name", "gpu_type")
+
+
+def _rollup_key(r: Any, charge: billing.Charge) -> tuple[object, ...]:
+    """The day rollup a charge adds to: the UTC day its period ends (``BillingRollup``)."""
+    return (
+        charge.period_end.astimezone(UTC).date(),
+        r.workspace_id,
+        r.user_id or 0,
+        r.kind,
+        r.spec_name or "",
+        r.gpu_type or "",
+    )
+
+
+def _sums(v: list[int]) -> dict[str, int]:
+    return {"microhours": v[0], "cents": v[1], "entries": v[2]}
+
+
+def _copy_record(r: Any, values: dict[str, Any], closes: bool) -> dict[str, Any]:
+    """A new meter row: the charge state and the copy's facts, which outlive its replica row."""
+    return {
+        "replica_id": r.id,
+        "workspace_id": r.workspace_id,
+        "job_id": r.job_id,
+        **values,
+        "user_id": r.user_id,
+        "task": r.task,
+        "kind": r.kind,
+        "spec_id": r.spec_id,
+        "spec_name": r.spec_name or "",
+        "gpu_type": r.gpu_type or "",
+        "gpu": r.gpu,
+        "billing_weight": r.billing_weight,
+        "price_per_hour": Decimal(r.price_per_hour),
+        "started_at": r.started_at,
+        "finished_at": r.finished_at if closes else None,
+    }

@@ -9,6 +9,7 @@ from aicenter.web.routes import (
     alerts,
     audit,
     billing,
+    billing_reports,
     catalog,
     catalog_versions,
     home,
@@ -42,4 +43,5 @@ ROUTERS: list[APIRouter] = [
     services_actions.router,
     alerts.router,
     billing.router,
+    billing_reports.router,
 ]

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 9757df0fa0ed
+Revision ID: e4d17bc196cb
 Revises: 
-Create Date: 2026-12-06 02:45:54.727863
+Create Date: 2026-12-06 03:08:38.208152
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '9757df0fa0ed'
+revision: str = 'e4d17bc196cb'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -84,10 +84,37 @@ def upgrade() -> None:
     sa.Column('microhours', sa.BigInteger(), nullable=False),
     sa.Column('cents', sa.BigInteger(), nullable=False),
     sa.Column('closed_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('user_id', sa.BigInteger(), nullable=True),
+    sa.Column('task', sa.String(length=64), nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('spec_id', sa.BigInteger(), nullable=True),
+    sa.Column('spec_name', sa.String(length=64), nullable=False),
+    sa.Column('gpu_type', sa.String(length=64), nullable=False),
+    sa.Column('gpu', sa.Integer(), nullable=False),
+    sa.Column('billing_weight', sa.Double(), nullable=False),
+    sa.Column('price_per_hour', sa.Numeric(precision=20, scale=4), nullable=False),
+    sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('replica_id', name=op.f('pk_billing_meters'))
     )
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
         batch_op.create_index('ix_billing_meters_closed_at', ['closed_at'], unique=False)
+        batch_op.create_index('ix_billing_meters_workspace_id', ['workspace_id'], unique=False)
+
+    op.create_table('billing_rollups',
+    sa.Column('day', sa.Date(), nullable=False),
+    sa.Column('workspace_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
+    sa.Column('user_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('spec_name', sa.String(length=64), nullable=False),
+    sa.Column('gpu_type', sa.String(length=64), nullable=False),
+    sa.Column('microhours', sa.BigInteger(), nullable=False),
+    sa.Column('cents', sa.BigInteger(), nullable=False),
+    sa.Column('entries', sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint('day', 'workspace_id', 'user_id', 'kind', 'spec_name', 'gpu_type', name=op.f('pk_billing_rollups'))
+    )
+    with op.batch_alter_table('billing_rollups', schema=None) as batch_op:
+        batch_op.create_index('ix_billing_rollups_workspace_id_day', ['workspace_id', 'day'], unique=False)
 
     op.create_table('cluster_events',
     sa.Column('at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -587,6 +614,7 @@ def upgrade() -> None:
     sa.Column('ports', sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), 'postgresql'), nullable=False),
     sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('billing_closed', sa.Boolean(), nullable=False),
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('created_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
     sa.Column('updated_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -597,6 +625,7 @@ def upgrade() -> None:
     sa.UniqueConstraint('job_id', 'task', 'index', 'attempt', name='uq_replicas_job_task_index_attempt')
     )
     with op.batch_alter_table('replicas', schema=None) as batch_op:
+        batch_op.create_index('ix_replicas_billing_closed_id', ['billing_closed', 'id'], unique=False)
         batch_op.create_index('ix_replicas_status', ['status'], unique=False)
 
     op.create_table('service_keys',
@@ -820,6 +849,7 @@ def downgrade() -> None:
     op.drop_table('service_keys')
     with op.batch_alter_table('replicas', schema=None) as batch_op:
         batch_op.drop_index('ix_replicas_status')
+        batch_op.drop_index('ix_replicas_billing_closed_id')
 
     op.drop_table('replicas')
     with op.batch_alter_table('notebooks', schema=None) as batch_op:
@@ -909,7 +939,12 @@ def downgrade() -> None:
         batch_op.drop_index('ix_cluster_events_at')
 
     op.drop_table('cluster_events')
+    with op.batch_alter_table('billing_rollups', schema=None) as batch_op:
+        batch_op.drop_index('ix_billing_rollups_workspace_id_day')
+
+    op.drop_table('billing_rollups')
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
+        batch_op.drop_index('ix_billing_meters_workspace_id')
         batch_op.drop_index('ix_billing_meters_closed_at')
 
     op.drop_table('billing_meters')
