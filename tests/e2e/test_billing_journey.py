@@ -8,7 +8,8 @@ seed's formula to the cent, computed in this test from the replica records the A
 start) x the price at submit, rounded as docs/billing.md says), the balance is the recharge minus them, and
 ``aicenter billing verify`` agrees.
 
-Then arrears: the admin sets vision's policy to ``stop`` (no grace) while alice works in a second notebook, and
+The monthly report (``aicenter billing report --period month --by kind``, and its CSV) shows those sums per
+kind. Then arrears: the admin sets vision's policy to ``stop`` (no grace) while alice works in a second notebook, and
 takes the balance below zero; the billing controller stops the notebook (reason ``arrears``, one event) and
 alice's next notebook is refused with the balance in the message, until a recharge admits her again.
 
@@ -239,6 +240,14 @@ def test_admin_prices_member_runs_charges_are_the_formula_to_the_cent(tmp_path: 
         assert balance == RECHARGE - sum(cost.values())
         verified = admin.run("billing", "verify")
         assert "The ledger equals the formula" in verified.stdout
+        # The monthly report shows them by kind, as the formula has them (a charge counts on the UTC day its
+        # period ends: all of this run's are in this month).
+        report = alice.json("billing", "report", "--period", "month", "--by", "kind", "-w", "vision")
+        reported = {row["group"]: Decimal(str(row["amount"])) for row in report["rows"]}
+        assert reported == cost, (reported, cost)
+        assert Decimal(str(report["amount"])) == RECHARGE - balance
+        csv = alice.run("billing", "report", "--period", "month", "--by", "kind", "-w", "vision", "--csv").stdout
+        assert csv.splitlines()[0].startswith("period_start,kind,machine_hours,amount"), csv
         _arrears_stop_a_notebook(admin, alice, http, workspace_id)
         print(
             f"journey: costs {cost}, balance {balance} (while running {running_balance}), "
