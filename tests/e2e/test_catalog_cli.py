@@ -12,7 +12,8 @@ import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server
 
-pytestmark = pytest.mark.e2e
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture

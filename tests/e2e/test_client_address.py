@@ -14,7 +14,8 @@ import pytest
 from tests.support.servers import Server
 from tests.support.settings import ADMIN_PASSWORD
 
-pytestmark = [pytest.mark.e2e]
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def _login(url: str, password: str, forwarded_for: str) -> int:

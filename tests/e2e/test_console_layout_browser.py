@@ -11,7 +11,8 @@ import pytest
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]
 
 
 def test_the_manifest_hash_stays_inside_its_card(server: Server, browser_page: Any, tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from tests.support.servers import READY_TIMEOUT_S, Server, clean_env, free_port
 from tests.support.servers import executable as _executable
 from tests.support.settings import ADMIN_PASSWORD
 
-pytestmark = pytest.mark.e2e
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 NEW_PASSWORD = "reset-Passw0rd-42"
 
@@ -135,7 +136,6 @@ def database_env(request: pytest.FixtureRequest) -> dict[str, str]:
     return {} if request.param == "sqlite" else {"AICENTER_DATABASE_URL": request.getfixturevalue("pg_url")}
 
 
-@pytest.mark.slow  # two server starts per database
 def test_reset_password_on_the_servers_database_signs_the_admin_in_again(
     tmp_path: Path, cli: Cli, database_env: dict[str, str]
 ) -> None:

@@ -23,7 +23,8 @@ tasks:
 """
 DEADLINE_S = 60.0  # generous: the machine is shared; a trivial job normally ends within seconds
 
-pytestmark = pytest.mark.e2e
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ tasks:
 DEADLINE_S = 60.0  # generous: the machine is shared; a trivial job normally ends within seconds
 HOSTNAME = "aicenter.io/hostname"
 
-pytestmark = pytest.mark.e2e
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def _wait_done(cli: Cli, job_id: int) -> dict[str, Any]:

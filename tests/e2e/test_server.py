@@ -11,7 +11,8 @@ import pytest
 from aicenter.client import Client
 from tests.e2e.conftest import ADMIN_PASSWORD, Server
 
-pytestmark = pytest.mark.e2e
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_up_serves_the_api_and_the_console(server: Server) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from tests.e2e.conftest import ADMIN_PASSWORD, Cli, Server, signed_in
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# A real server process: with the slow tests (README).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.browser]
 
 SPEC = """\
 name: topjob
