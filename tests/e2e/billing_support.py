@@ -12,23 +12,12 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
 import httpx
-import pytest
+
+from tests.e2e.polling import DEADLINE_S, wait
 
 __all__ = ["DEADLINE_S", "Copy", "check_charges", "copies", "expected_charge", "ledger", "wait", "wait_closed"]
 
-DEADLINE_S = 120.0
 _HOUR_US = 3_600_000_000
-
-
-def wait(what: str, check: Any, deadline_s: float = DEADLINE_S, *, show: Any = None) -> Any:
-    """``check()``'s first truthy answer; the test fails after ``deadline_s`` (saying what ``show()`` returns)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.25)  # polling interval: the loop exits on what it reads
-    pytest.fail(f"{what}: not within {deadline_s} s" + (f"; now: {show()}" if show is not None else ""))
 
 
 def _at(value: str | None) -> datetime | None:

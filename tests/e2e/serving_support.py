@@ -8,28 +8,16 @@ import time
 from typing import Any
 
 import httpx
-import pytest
+
+from tests.e2e.polling import DEADLINE_S, wait
 
 __all__ = ["DEADLINE_S", "SteadyLoad", "revision_replicas", "traffic", "user_http", "wait"]
-
-DEADLINE_S = 120.0
 
 
 def user_http(world: dict[str, Any], user: str) -> httpx.Client:
     """The API as ``user`` (``world["tokens"]``), at ``world["server"]``."""
     token = world["tokens"][user]
     return httpx.Client(base_url=world["server"].url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-def wait(what: str, check: Any, deadline_s: float = DEADLINE_S, *, show: Any = None) -> Any:
-    """``check()``'s first truthy answer; the test fails after ``deadline_s`` (saying what ``show()`` returns)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)  # polling interval: the loop exits on what it reads
-    pytest.fail(f"{what}: not within {deadline_s} s" + (f"; now: {show()}" if show is not None else ""))
 
 
 def traffic(http: httpx.Client, sid: int) -> list[int]:
