@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -35,13 +36,6 @@ TRY_MAX_BODY = 1024 * 1024  # a form, not a client: bigger payloads go through t
 TRY_SHOWN_CHARS = 64 * 1024  # an answer is shown up to this much
 
 
-def _refresh(cx: Console) -> None:
-    """This process's gateway reloads its routes now (the others within their refresh, about a second)."""
-    gateway = getattr(cx.request.app.state, "serving_gateway", None)
-    if gateway is not None:
-        gateway.refresh_soon()
-
-
 async def _failed(cx: Console, service_id: int, state: FormState, status: int) -> Response:
     return await service_detail(cx, service_id, forms=[state], status=status)
 
@@ -54,7 +48,6 @@ async def promote(service_id: Id, post: Post) -> Response:
             revision = await serving.promote_service(session, cx.actor, service_id)
     except AicenterError as exc:
         return await _failed(cx, service_id, message_form("service-rollout", exc), exc.status)
-    _refresh(cx)
     return redirect(cx, f"/services/{service_id}", f"Revision {revision.number} takes all traffic once it serves.")
 
 
@@ -66,7 +59,6 @@ async def rollback(service_id: Id, post: Post) -> Response:
             revision = await serving.rollback_service(session, cx.actor, service_id)
     except AicenterError as exc:
         return await _failed(cx, service_id, message_form("service-rollout", exc), exc.status)
-    _refresh(cx)
     return redirect(cx, f"/services/{service_id}", f"Revision {revision.number} was rolled back.")
 
 
@@ -84,7 +76,6 @@ async def set_traffic(service_id: Id, post: Post) -> Response:
     except AicenterError as exc:
         state = failed_form("service-traffic", post.values, exc, ["traffic", *fields])
         return await _failed(cx, service_id, state, exc.status)
-    _refresh(cx)
     split = ", ".join(f"revision {k}: {v}%" for k, v in traffic.items())
     return redirect(cx, f"/services/{service_id}", f"Traffic set ({split}).")
 
@@ -111,42 +102,39 @@ async def scale(service_id: Id, post: Post) -> Response:
     return redirect(cx, f"/services/{service_id}", "Scale bounds changed.")
 
 
+async def _state_change(
+    post: Post, service_id: int, change: Callable[..., Awaitable[Any]], to: str, done: str
+) -> Response:
+    """Stop, start or delete: ``change(session, actor, service_id)``, then to ``to`` saying ``done``; a refusal is
+    shown on the service's page."""
+    cx = post.cx
+    try:
+        async with cx.ctx.db.write() as session:
+            await change(session, cx.actor, service_id)
+    except AicenterError as exc:
+        return await _failed(cx, service_id, message_form("service-state", exc), exc.status)
+    return redirect(cx, to, done)
+
+
 @router.post("/services/{service_id:int}/stop")
 async def stop(service_id: Id, post: Post) -> Response:
     """Its owner and the workspace's admins stop it; a platform admin's stop of another's service is a force
     stop (the service layer decides and audits which)."""
-    cx = post.cx
-    try:
-        async with cx.ctx.db.write() as session:
-            await serving.stop_service(session, cx.actor, service_id)
-    except AicenterError as exc:
-        return await _failed(cx, service_id, message_form("service-state", exc), exc.status)
-    _refresh(cx)
-    return redirect(cx, f"/services/{service_id}", "The service is stopping: its replicas drain and stop.")
+    done = "The service is stopping: its replicas drain and stop."
+    return await _state_change(post, service_id, serving.stop_service, f"/services/{service_id}", done)
 
 
 @router.post("/services/{service_id:int}/start")
 async def start(service_id: Id, post: Post) -> Response:
-    cx = post.cx
-    try:
-        async with cx.ctx.db.write() as session:
-            await serving.start_service(session, cx.actor, service_id)
-    except AicenterError as exc:
-        return await _failed(cx, service_id, message_form("service-state", exc), exc.status)
-    _refresh(cx)
-    return redirect(cx, f"/services/{service_id}", "The service was started.")
+    return await _state_change(
+        post, service_id, serving.start_service, f"/services/{service_id}", "The service was started."
+    )
 
 
 @router.post("/services/{service_id:int}/delete")
 async def delete(service_id: Id, post: Post) -> Response:
-    cx = post.cx
-    try:
-        async with cx.ctx.db.write() as session:
-            await serving.delete_service(session, cx.actor, service_id)
-    except AicenterError as exc:
-        return await _failed(cx, service_id, message_form("service-state", exc), exc.status)
-    _refresh(cx)
-    return redirect(cx, "/services", "The service was deleted; its replica jobs stay, with their machine time.")
+    done = "The service was deleted; its replica jobs stay, with their machine time."
+    return await _state_change(post, service_id, serving.delete_service, "/services", done)
 
 
 # --- keys ------------------------------------------------------------------------------------------------------
@@ -161,7 +149,6 @@ async def create_key(service_id: Id, post: Post) -> Response:
             created = await serving.create_key(session, cx.actor, service_id, post.get("name"))
     except AicenterError as exc:
         return await _failed(cx, service_id, failed_form("service-key", post.values, exc, ("name",)), exc.status)
-    _refresh(cx)
     return await service_detail(cx, service_id, new_key=created, status=201)
 
 
@@ -173,7 +160,6 @@ async def revoke_key(service_id: Id, key_id: Id, post: Post) -> Response:
             row = await serving.revoke_key(session, cx.actor, service_id, key_id)
     except AicenterError as exc:
         return await _failed(cx, service_id, message_form("service-keys", exc), exc.status)
-    _refresh(cx)
     return redirect(cx, f"/services/{service_id}", f"Key {row.name} was revoked.")
 
 
