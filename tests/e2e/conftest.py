@@ -8,6 +8,7 @@ cheap password hashing: the environment is cleared of AICENTER_* first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -40,6 +42,23 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reap_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Once a module is done, kill what its servers left running under this worker's temporary directory.
+
+    Replicas outlive their server by design (a restarted server adopts them), so a service or notebook a test
+    did not stop would otherwise run on, sandboxed, through the rest of the session and beyond it. Every run
+    directory of the module's servers lies under the base temp directory (one per xdist worker; a worker runs a
+    module whole), and killing a sandbox's bwrap ends everything in its PID namespace.
+    """
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and base in " ".join(proc.info["cmdline"] or ()):
+                proc.kill()
 
 
 @pytest.fixture
