@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, DateTime, Table, bindparam, text, update
+from sqlalchemy import BigInteger, DateTime, Table, TypeDecorator, bindparam, text, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -24,11 +25,40 @@ def _insert(session: AsyncSession) -> Any:
     return sqlite_insert if session.get_bind().dialect.name == "sqlite" else pg_insert
 
 
+def _columns(rows: Sequence[Mapping[str, Any]], columns: frozenset[str]) -> dict[str, list[Any]]:
+    """Rows as one array per column (every row gives every column, as the first does)."""
+    return {name: [row[name] for row in rows] for name in columns}
+
+
+def _unnest_insert(table: Table, column_set: frozenset[str], returning: str) -> Any:
+    """``INSERT INTO table (columns) SELECT * FROM unnest(arrays) ON CONFLICT DO NOTHING RETURNING key`` on
+    PostgreSQL: one constant statement with one array parameter per column, where a multi-row insert of 5,000
+    rows went through SQLAlchemy's insertmanyvalues (pages of 1,000 rows, each bound value processed alone)
+    and took ~0.2 s of a batch."""
+    columns = sorted(column_set)
+    pg_types = {name: table.c[name].type.compile(dialect=_PG_DIALECT) for name in columns}
+    arrays = ", ".join(f"CAST(:{name} AS {pg_types[name]}[])" for name in columns)
+    statement = text(
+        f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+        f" ON CONFLICT DO NOTHING RETURNING {returning}"
+    )
+    return statement.bindparams(*(bindparam(name, type_=ARRAY(_array_type(table, name))) for name in columns))
+
+
+def _array_type(table: Table, name: str) -> Any:
+    # Our UTC type's impl: asyncpg binds aware datetimes to TIMESTAMPTZ[] as they are.
+    column_type = table.c[name].type
+    return column_type.impl if isinstance(column_type, TypeDecorator) else column_type
+
+
 async def insert_entries_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
     """Insert ledger entries whose ``idempotency_key`` is new. Returns the keys actually inserted: an entry
     whose key exists (a retried or concurrent write) is skipped, and its caller must not count it again."""
     if not rows:
         return set()
+    if session.get_bind().dialect.name != "sqlite" and rows[0].keys() >= _ENTRY_COLUMNS:
+        result = await session.execute(_INSERT_ENTRIES_PG, _columns(rows, _ENTRY_COLUMNS))
+        return {key for (key,) in result}
     statement = _insert(session)(_LEDGER).on_conflict_do_nothing().returning(_LEDGER.c.idempotency_key)
     result = await session.execute(statement, list(rows))
     return {key for (key,) in result}
@@ -38,6 +68,9 @@ async def insert_meters_if_absent(session: AsyncSession, rows: Sequence[Mapping[
     """Insert meter rows whose replica has none yet. Returns the replica ids actually inserted."""
     if not rows:
         return set()
+    if session.get_bind().dialect.name != "sqlite" and rows[0].keys() >= _METER_COLUMNS:
+        result = await session.execute(_INSERT_METERS_PG, _columns(rows, _METER_COLUMNS))
+        return {replica_id for (replica_id,) in result}
     statement = _insert(session)(_METERS).on_conflict_do_nothing().returning(_METERS.c.replica_id)
     result = await session.execute(statement, list(rows))
     return {replica_id for (replica_id,) in result}
@@ -139,3 +172,13 @@ async def close_copies(session: AsyncSession, finished: Mapping[int, Any]) -> No
         [{"b_id": replica_id, "b_at": at} for replica_id, at in finished.items()],
     )
     await session.execute(update(Replica).where(Replica.id.in_(list(finished))).values(billing_closed=True))
+
+
+_PG_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+_ENTRY_COLUMNS = frozenset((
+    "workspace_id", "kind", "amount_cents", "machine_microhours", "idempotency_key", "job_id", "replica_id",
+    "period_start", "period_end", "reason", "actor_id", "actor_name", "created_at",
+))  # fmt: skip
+_INSERT_ENTRIES_PG = _unnest_insert(_LEDGER, _ENTRY_COLUMNS, "idempotency_key")
+_METER_COLUMNS = frozenset(c.name for c in _METERS.columns)
+_INSERT_METERS_PG = _unnest_insert(_METERS, _METER_COLUMNS, "replica_id")
