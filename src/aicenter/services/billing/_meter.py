@@ -100,7 +100,10 @@ async def meter(
         .outerjoin(BillingMeter, BillingMeter.replica_id == Replica.id)
         .order_by(Replica.id)
     )
-    rows = (await session.execute(stmt)).all()
+    # On the session's connection, not ``session.execute``: plain rows without the ORM's result machinery (a
+    # tenth of a pass over 10,000 copies), after the flush ``session.execute`` would have done.
+    await session.flush()
+    rows = (await (await session.connection()).execute(stmt)).all()
     result = MeterResult(last_replica_id=rows[-1].id if rows else None, more=len(rows) == limit)
     pending: list[tuple[billing.Charge, billing.Metered, Any, bool]] = []
     for r in rows:
