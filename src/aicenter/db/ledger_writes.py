@@ -5,6 +5,7 @@ NOTHING``). A concurrent writer of the same key waits on PostgreSQL for the firs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import BigInteger, DateTime, Table, TypeDecorator, bindparam, text, update
@@ -87,20 +88,23 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
     """
     if not rows:
         return 0
-    m = _METERS.c
     if session.get_bind().dialect.name == "sqlite":
-        statement = (
-            update(_METERS)
-            .where(m.replica_id == bindparam("b_replica_id"), m.charged_until == bindparam("b_old"))
-            .values(
-                charged_until=bindparam("b_charged_until"),
-                microhours=bindparam("b_microhours"),
-                cents=bindparam("b_cents"),
-                closed_at=bindparam("b_closed_at"),
+        # The driver's executemany with the values as SQLite stores them: SQLAlchemy's per-value datetime
+        # processing of 40,000 values was ~0.1 s of a pass.
+        params = [
+            (
+                _sqlite_time(r["charged_until"]),
+                r["microhours"],
+                r["cents"],
+                _sqlite_time(r["closed_at"]),
+                r["replica_id"],
+                _sqlite_time(r["old"]),
             )
-        )
-        result = await session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
-        return int(result.rowcount)  # type: ignore[attr-defined]
+            for r in rows
+        ]
+        connection = await session.connection()
+        moved = await connection.exec_driver_sql(_ADVANCE_SQLITE, params)
+        return int(moved.rowcount)
     result = await session.execute(
         _ADVANCE_PG,
         {
@@ -113,6 +117,21 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
         },
     )
     return len(result.all())
+
+
+_ADVANCE_SQLITE = (
+    "UPDATE billing_meters SET charged_until = ?, microhours = ?, cents = ?, closed_at = ?"
+    " WHERE replica_id = ? AND charged_until = ?"
+)
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    """A UTC datetime as SQLAlchemy's SQLite DATETIME stores it (and ``UTCDateTime`` writes it: naive UTC), so
+    the guard's equality compares like with like."""
+    if value is None:
+        return None
+    v = value.astimezone(UTC)
+    return f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
 
 
 # Arrays rather than ``FROM (VALUES ...)``: one constant statement (compiled once) and six parameters, where a
