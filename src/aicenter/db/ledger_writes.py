@@ -5,9 +5,11 @@ NOTHING``). A concurrent writer of the same key waits on PostgreSQL for the firs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, DateTime, Table, bindparam, text, update
+from sqlalchemy import BigInteger, DateTime, Table, TypeDecorator, bindparam, text, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -24,11 +26,40 @@ def _insert(session: AsyncSession) -> Any:
     return sqlite_insert if session.get_bind().dialect.name == "sqlite" else pg_insert
 
 
+def _columns(rows: Sequence[Mapping[str, Any]], columns: frozenset[str]) -> dict[str, list[Any]]:
+    """Rows as one array per column (every row gives every column, as the first does)."""
+    return {name: [row[name] for row in rows] for name in columns}
+
+
+def _unnest_insert(table: Table, column_set: frozenset[str], returning: str) -> Any:
+    """``INSERT INTO table (columns) SELECT * FROM unnest(arrays) ON CONFLICT DO NOTHING RETURNING key`` on
+    PostgreSQL: one constant statement with one array parameter per column, where a multi-row insert of 5,000
+    rows went through SQLAlchemy's insertmanyvalues (pages of 1,000 rows, each bound value processed alone)
+    and took ~0.2 s of a batch."""
+    columns = sorted(column_set)
+    pg_types = {name: table.c[name].type.compile(dialect=_PG_DIALECT) for name in columns}
+    arrays = ", ".join(f"CAST(:{name} AS {pg_types[name]}[])" for name in columns)
+    statement = text(
+        f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+        f" ON CONFLICT DO NOTHING RETURNING {returning}"
+    )
+    return statement.bindparams(*(bindparam(name, type_=ARRAY(_array_type(table, name))) for name in columns))
+
+
+def _array_type(table: Table, name: str) -> Any:
+    # Our UTC type's impl: asyncpg binds aware datetimes to TIMESTAMPTZ[] as they are.
+    column_type = table.c[name].type
+    return column_type.impl if isinstance(column_type, TypeDecorator) else column_type
+
+
 async def insert_entries_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
     """Insert ledger entries whose ``idempotency_key`` is new. Returns the keys actually inserted: an entry
     whose key exists (a retried or concurrent write) is skipped, and its caller must not count it again."""
     if not rows:
         return set()
+    if session.get_bind().dialect.name != "sqlite" and rows[0].keys() >= _ENTRY_COLUMNS:
+        result = await session.execute(_INSERT_ENTRIES_PG, _columns(rows, _ENTRY_COLUMNS))
+        return {key for (key,) in result}
     statement = _insert(session)(_LEDGER).on_conflict_do_nothing().returning(_LEDGER.c.idempotency_key)
     result = await session.execute(statement, list(rows))
     return {key for (key,) in result}
@@ -38,6 +69,9 @@ async def insert_meters_if_absent(session: AsyncSession, rows: Sequence[Mapping[
     """Insert meter rows whose replica has none yet. Returns the replica ids actually inserted."""
     if not rows:
         return set()
+    if session.get_bind().dialect.name != "sqlite" and rows[0].keys() >= _METER_COLUMNS:
+        result = await session.execute(_INSERT_METERS_PG, _columns(rows, _METER_COLUMNS))
+        return {replica_id for (replica_id,) in result}
     statement = _insert(session)(_METERS).on_conflict_do_nothing().returning(_METERS.c.replica_id)
     result = await session.execute(statement, list(rows))
     return {replica_id for (replica_id,) in result}
@@ -54,20 +88,23 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
     """
     if not rows:
         return 0
-    m = _METERS.c
     if session.get_bind().dialect.name == "sqlite":
-        statement = (
-            update(_METERS)
-            .where(m.replica_id == bindparam("b_replica_id"), m.charged_until == bindparam("b_old"))
-            .values(
-                charged_until=bindparam("b_charged_until"),
-                microhours=bindparam("b_microhours"),
-                cents=bindparam("b_cents"),
-                closed_at=bindparam("b_closed_at"),
+        # The driver's executemany with the values as SQLite stores them: SQLAlchemy's per-value datetime
+        # processing of 40,000 values was ~0.1 s of a pass.
+        params = [
+            (
+                _sqlite_time(r["charged_until"]),
+                r["microhours"],
+                r["cents"],
+                _sqlite_time(r["closed_at"]),
+                r["replica_id"],
+                _sqlite_time(r["old"]),
             )
-        )
-        result = await session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
-        return int(result.rowcount)  # type: ignore[attr-defined]
+            for r in rows
+        ]
+        connection = await session.connection()
+        moved = await connection.exec_driver_sql(_ADVANCE_SQLITE, params)
+        return int(moved.rowcount)
     result = await session.execute(
         _ADVANCE_PG,
         {
@@ -80,6 +117,21 @@ async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]
         },
     )
     return len(result.all())
+
+
+_ADVANCE_SQLITE = (
+    "UPDATE billing_meters SET charged_until = ?, microhours = ?, cents = ?, closed_at = ?"
+    " WHERE replica_id = ? AND charged_until = ?"
+)
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    """A UTC datetime as SQLAlchemy's SQLite DATETIME stores it (and ``UTCDateTime`` writes it: naive UTC), so
+    the guard's equality compares like with like."""
+    if value is None:
+        return None
+    v = value.astimezone(UTC)
+    return f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
 
 
 # Arrays rather than ``FROM (VALUES ...)``: one constant statement (compiled once) and six parameters, where a
@@ -139,3 +191,13 @@ async def close_copies(session: AsyncSession, finished: Mapping[int, Any]) -> No
         [{"b_id": replica_id, "b_at": at} for replica_id, at in finished.items()],
     )
     await session.execute(update(Replica).where(Replica.id.in_(list(finished))).values(billing_closed=True))
+
+
+_PG_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+_ENTRY_COLUMNS = frozenset((
+    "workspace_id", "kind", "amount_cents", "machine_microhours", "idempotency_key", "job_id", "replica_id",
+    "period_start", "period_end", "reason", "actor_id", "actor_name", "created_at",
+))  # fmt: skip
+_INSERT_ENTRIES_PG = _unnest_insert(_LEDGER, _ENTRY_COLUMNS, "idempotency_key")
+_METER_COLUMNS = frozenset(c.name for c in _METERS.columns)
+_INSERT_METERS_PG = _unnest_insert(_METERS, _METER_COLUMNS, "replica_id")

@@ -16,8 +16,8 @@ from sqlalchemy import func, select, update
 from aicenter.core import billing as formula
 from aicenter.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from aicenter.db.engine import Database
-from aicenter.db.models import LedgerEntry, Replica, ResourceSpec, Workspace
-from aicenter.services import billing
+from aicenter.db.models import BillingMeter, Job, LedgerEntry, Replica, ResourceSpec, Workspace
+from aicenter.services import billing, jobs
 from aicenter.services.context import Actor
 from aicenter.services.jobs import next_attempt_row
 from tests.integration.services.jobs_helpers import JobWorld, job_world, spec, submit
@@ -200,3 +200,30 @@ async def test_submit_snapshots_the_specs_price(db: Database, tmp_path: Path) ->
     async with db.read() as session:
         prices = (await session.scalars(select(Replica.price_per_hour).where(Replica.job_id == view.job.id))).all()
     assert [Decimal(p) for p in prices] == [Decimal(1), Decimal(1)]
+
+
+async def test_deleting_a_finished_job_charges_its_last_minutes_first(db: Database, tmp_path: Path) -> None:
+    """Its copies ended after the last pass; deleting the job charges them to their ends in its transaction, so
+    the next pass finds nothing and the charges are the formula's (not the last pass's) to the cent."""
+    w = await job_world(db, tmp_path)
+    a, b = await started_job(db, w)
+    await run_meter(db, T0 + timedelta(minutes=30))
+    end = T0 + timedelta(minutes=40, seconds=30, microseconds=5)
+    await finish(db, a, end)
+    await finish(db, b, end)
+    async with db.write() as session:
+        job_id = await session.scalar(select(Replica.job_id).where(Replica.id == a))
+        await session.execute(update(Job).where(Job.id == job_id).values(status="succeeded"))
+    async with db.write() as session:
+        await jobs.delete_job(session, w.p.alice, int(job_id or 0))
+
+    later = await run_meter(db, T0 + timedelta(minutes=45))
+    assert (later.entries, later.closed) == (0, 0)
+    rows = await entries(db)
+    full = formula.to_cents(formula.copy_cost(Decimal(2), Decimal(1), T0, end))
+    assert [-sum(e.amount_cents for e in rows if e.replica_id == r) for r in (a, b)] == [full, full]
+    assert await balance(db, w.p.ws) == Decimal(-2 * full).scaleb(-2)
+    async with db.read() as session:
+        meters = (await session.scalars(select(BillingMeter).where(BillingMeter.job_id == job_id))).all()
+        assert await billing.verify(session, ADMIN) == []
+    assert [(m.closed_at is not None, m.charged_until, m.finished_at) for m in meters] == [(True, end, end)] * 2

@@ -26,7 +26,7 @@ from aicenter.services.billing._ledger import (
     recharge,
     refund,
 )
-from aicenter.services.billing._meter import MeterRaced, MeterResult, meter
+from aicenter.services.billing._meter import MeterRaced, MeterResult, meter, meter_jobs
 from aicenter.services.billing._overview import (
     CREDIT_KINDS,
     AccountView,
@@ -82,6 +82,7 @@ __all__ = [
     "list_ledger",
     "list_policies",
     "meter",
+    "meter_jobs",
     "month_start",
     "my_accounts",
     "parse_amount",

@@ -8,6 +8,7 @@ All in the caller's transaction, behind the same two guards, so the rollups are 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -51,25 +52,26 @@ async def meter(
     min_period: timedelta = timedelta(seconds=60),
     after_replica_id: int = 0,
     limit: int = 2000,
+    job_ids: Collection[int] | None = None,
 ) -> MeterResult:
     """Charge every started copy that is not closed, up to ``now`` (running) or its end (finished), in the
     caller's write transaction: ledger entries, meter rows and balances together.
 
     Copies are taken in replica id order after ``after_replica_id``, at most ``limit`` of them; ``more`` says
-    whether to call again with ``after_replica_id=result.last_replica_id``.
+    whether to call again with ``after_replica_id=result.last_replica_id``. ``job_ids``: only these jobs'
+    copies (``meter_jobs``).
 
     Raises:
         MeterRaced: another meter wrote one of these copies meanwhile; roll back and run again.
     """
     # The batch's copies first, in id order through the index (billing_closed, id), then their facts and meter
     # rows by primary key: joined in one query, PostgreSQL hashed every meter row ever written instead.
-    batch = (
-        select(Replica.id)
-        .where(Replica.billing_closed.is_(False), Replica.started_at.is_not(None), Replica.id > after_replica_id)
-        .order_by(Replica.id)
-        .limit(limit)
-        .subquery()
+    batch_ids = select(Replica.id).where(
+        Replica.billing_closed.is_(False), Replica.started_at.is_not(None), Replica.id > after_replica_id
     )
+    if job_ids is not None:
+        batch_ids = batch_ids.where(Replica.job_id.in_(list(job_ids)))
+    batch = batch_ids.order_by(Replica.id).limit(limit).subquery()
     stmt = (
         select(
             Replica.id,
@@ -98,7 +100,10 @@ async def meter(
         .outerjoin(BillingMeter, BillingMeter.replica_id == Replica.id)
         .order_by(Replica.id)
     )
-    rows = (await session.execute(stmt)).all()
+    # On the session's connection, not ``session.execute``: plain rows without the ORM's result machinery (a
+    # tenth of a pass over 10,000 copies), after the flush ``session.execute`` would have done.
+    await session.flush()
+    rows = (await (await session.connection()).execute(stmt)).all()
     result = MeterResult(last_replica_id=rows[-1].id if rows else None, more=len(rows) == limit)
     pending: list[tuple[billing.Charge, billing.Metered, Any, bool]] = []
     for r in rows:
@@ -173,7 +178,7 @@ async def meter(
             sums[1] += cents
             sums[2] += 1
         result.closed += charge.closes
-    if after_replica_id == 0:  # once per pass: its first batch
+    if after_replica_id == 0 and job_ids is None:  # once per pass: its first batch
         for orphan in await _orphans(session, now):
             moved.append(orphan)
             finished[orphan["replica_id"]] = orphan["charged_until"]
@@ -188,6 +193,26 @@ async def meter(
     )
     await move_balances(session, deltas)
     return result
+
+
+async def meter_jobs(session: AsyncSession, job_ids: Collection[int], now: datetime) -> MeterResult:
+    """Charge the open copies of these jobs up to their ends (or ``now``), in the caller's transaction: what
+    deleting a job runs before its replicas go, so the time since the last pass (up to an interval of each
+    copy) is charged rather than lost with the replicas. No minimum period: the charges close the copies.
+
+    Raises:
+        MeterRaced: a pass charged one of these copies meanwhile; roll back and try again.
+    """
+    total, after = MeterResult(), 0
+    while True:
+        result = await meter(session, now, min_period=timedelta(0), after_replica_id=after, job_ids=job_ids)
+        total.entries += result.entries
+        total.closed += result.closed
+        total.cents += result.cents
+        total.workspaces |= result.workspaces
+        if not result.more or result.last_replica_id is None:
+            return total
+        after = result.last_replica_id
 
 
 async def _orphans(session: AsyncSession, now: datetime) -> list[dict[str, Any]]:

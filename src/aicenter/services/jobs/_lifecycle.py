@@ -25,7 +25,7 @@ from aicenter.core.jobs.reconcile import ReplicaChange
 from aicenter.core.roles import WorkspaceRole
 from aicenter.db.models import Job, JobEvent, Replica
 from aicenter.events import notify_after_commit
-from aicenter.services import audit
+from aicenter.services import audit, billing
 from aicenter.services.access import require_platform_admin, workspace_role
 from aicenter.services.context import Actor
 from aicenter.services.jobs._queries import load_job
@@ -341,6 +341,14 @@ async def delete_job(session: AsyncSession, actor: Actor, job_id: int) -> None:
         await _may_manage(session, actor, job)
     if not JobStatus(job.status).is_finished():
         raise Conflict(f"job {job.id} is {job.status}; stop it before deleting it", details={"status": job.status})
+    # Its last minutes first: the copies' charges since the last pass would otherwise go with the replicas.
+    try:
+        await billing.meter_jobs(session, [job.id], utcnow())
+    except billing.MeterRaced as exc:
+        raise Conflict(
+            f"job {job.id} is being charged by the billing meter right now; try deleting it again",
+            details={"reason": "billing_meter_busy"},
+        ) from exc
     audit.record(
         session,
         actor,
