@@ -143,9 +143,9 @@ async def billing_report(
     to: _To = None,
     anchor: _Anchor = None,
     workspace_id: Annotated[
-        int | None, Query(description="Only this workspace (a member's or any, for admins).")
+        Id | None, Query(description="Only this workspace (a member's or any, for admins).")
     ] = None,
-    user_id: Annotated[int | None, Query(description="Only this user's copies.")] = None,
+    user_id: Annotated[Id | None, Query(description="Only this user's copies.")] = None,
     format: Annotated[Literal["json", "csv"], Query(description="csv: one line per bucket and group.")] = "json",
 ) -> ReportOut | Response:
     """Machine-hours and spend per period and group over `[from, to)` (both, at most five years) or the period
