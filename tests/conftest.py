@@ -41,6 +41,16 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
+@pytest.fixture(autouse=True)
+def _sse_streams_not_shut_down() -> None:
+    """sse-starlette ends every event stream of the process once any uvicorn server in it is told to exit (a
+    process-wide flag it never resets): a test that stopped an in-process server would otherwise cut the log
+    streams of the tests after it on the same worker, before their ``end`` event."""
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.should_exit = False
+
+
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session (per xdist worker), dropped at the end; its URL."""
