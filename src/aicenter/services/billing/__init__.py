@@ -33,7 +33,6 @@ from aicenter.services.billing._overview import (
     account,
     all_accounts,
     list_entries,
-    month_start,
     my_accounts,
 )
 from aicenter.services.billing._policy import (
@@ -83,7 +82,6 @@ __all__ = [
     "list_policies",
     "meter",
     "meter_jobs",
-    "month_start",
     "my_accounts",
     "parse_amount",
     "recharge",

@@ -9,10 +9,11 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
+from aicenter.core.billing_policy import month_start
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_text
 from aicenter.db.ledger_writes import insert_entries_if_absent
@@ -237,3 +238,19 @@ async def list_ledger(
         stmt = stmt.where(LedgerEntry.kind == kind.value)
     page = await paginate(session, stmt, LedgerEntry.id, limit=limit, cursor=cursor, descending=True)
     return Page([EntryView.of(row) for row in page.items], page.next_cursor)
+
+
+async def month_spend(session: AsyncSession, workspace_ids: list[int], now: datetime) -> dict[int, int]:
+    """Cents charged to each workspace since the start of ``now``'s month (UTC), by the ledger's charges."""
+    if not workspace_ids:
+        return {}
+    rows = await session.execute(
+        select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents))
+        .where(
+            LedgerEntry.workspace_id.in_(workspace_ids),
+            LedgerEntry.kind == EntryKind.CHARGE.value,
+            LedgerEntry.created_at >= month_start(now),
+        )
+        .group_by(LedgerEntry.workspace_id)
+    )
+    return {ws: -int(total or 0) for ws, total in rows.all()}

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
+from aicenter.core.billing_policy import month_start
 from aicenter.db.models import LedgerEntry, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services.access import get_visible_workspace, member_workspace_ids, require_platform_admin
-from aicenter.services.billing._ledger import EntryKind, EntryView
+from aicenter.services.billing._ledger import EntryKind, EntryView, month_spend
 from aicenter.services.context import Actor
 
 CREDIT_KINDS = frozenset({EntryKind.RECHARGE, EntryKind.REFUND, EntryKind.ADJUSTMENT})
@@ -32,34 +33,15 @@ class AccountView:
     month_start: datetime
 
 
-def month_start(now: datetime) -> datetime:
-    """The first instant of ``now``'s month, UTC."""
-    now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 async def _accounts(session: AsyncSession, workspaces: list[Workspace], now: datetime) -> list[AccountView]:
     start = month_start(now)
-    ids = [w.id for w in workspaces]
-    spent: dict[int, int] = {}
-    if ids:
-        rows = await session.execute(
-            select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents))
-            .where(
-                LedgerEntry.workspace_id.in_(ids),
-                LedgerEntry.kind == EntryKind.CHARGE.value,
-                LedgerEntry.created_at >= start,
-            )
-            .group_by(LedgerEntry.workspace_id)
-        )
-        spent = {workspace_id: int(cents or 0) for workspace_id, cents in rows.all()}
+    spent = await month_spend(session, [w.id for w in workspaces], now)
     return [
         AccountView(
             w.id,
             w.name,
             Decimal(w.balance).quantize(billing.MINOR_UNIT),
-            # Charges are negative entries; a spend is shown positive.
-            Decimal(-spent.get(w.id, 0)).scaleb(-billing.MINOR_PLACES),
+            Decimal(spent.get(w.id, 0)).scaleb(-billing.MINOR_PLACES),
             start,
         )
         for w in workspaces

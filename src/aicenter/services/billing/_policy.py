@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
@@ -22,10 +22,10 @@ from aicenter.core import billing_policy as core
 from aicenter.core.alerts import Element, Severity
 from aicenter.core.clock import utcnow
 from aicenter.core.errors import InsufficientBalance, NotFound, SpendingLimitReached, ValidationFailed
-from aicenter.db.models import BillingPolicy, LedgerEntry, Workspace
+from aicenter.db.models import BillingPolicy, Workspace
 from aicenter.services import alerts, audit
 from aicenter.services.access import get_visible_workspace, member_workspace_ids, require_platform_admin
-from aicenter.services.billing._ledger import EntryKind, parse_amount
+from aicenter.services.billing._ledger import month_spend, parse_amount
 from aicenter.services.context import Actor
 
 
@@ -60,22 +60,6 @@ def _policy_of(row: BillingPolicy | None) -> core.Policy:
 
 def _cents(amount: Decimal) -> int:
     return billing.to_cents(Decimal(amount).quantize(billing.MINOR_UNIT))
-
-
-async def month_spend(session: AsyncSession, workspace_ids: list[int], now: datetime) -> dict[int, int]:
-    """Cents charged to each workspace since the start of ``now``'s month (UTC), by the ledger's charges."""
-    if not workspace_ids:
-        return {}
-    rows = await session.execute(
-        select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents))
-        .where(
-            LedgerEntry.workspace_id.in_(workspace_ids),
-            LedgerEntry.kind == EntryKind.CHARGE.value,
-            LedgerEntry.created_at >= core.month_start(now),
-        )
-        .group_by(LedgerEntry.workspace_id)
-    )
-    return {ws: -int(total or 0) for ws, total in rows.all()}
 
 
 async def _standing(session: AsyncSession, workspace: Workspace, policy: core.Policy, now: datetime) -> core.Standing:
