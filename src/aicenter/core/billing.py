@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from functools import cached_property
+from functools import lru_cache
 
 __all__ = [
     "HOURS_PLACES",
@@ -90,10 +90,18 @@ def copy_hours(weight: Decimal, start: datetime, end: datetime) -> Decimal:
     """
     if weight < 0:
         raise ValueError("a billing weight is 0 or more")
+    return Decimal(_copy_microhours(_ratio(weight), start, end)).scaleb(-HOURS_PLACES)
+
+
+def _copy_microhours(weight: tuple[int, int], start: datetime, end: datetime) -> int:
+    """``copy_hours`` in millionths of an hour, from the weight's integer ratio: weight x us / 3600."""
     us = max(0, _microseconds(end - start))
-    wn, wd = _ratio(weight)
-    # weight x us / 3.6e9 hours, in units of 10^-6 hours: weight x us / 3600
-    return Decimal(_div_half_even(wn * us, wd * (_MICROSECONDS_PER_HOUR // 10**HOURS_PLACES))).scaleb(-HOURS_PLACES)
+    return _div_half_even(weight[0] * us, weight[1] * (_MICROSECONDS_PER_HOUR // 10**HOURS_PLACES))
+
+
+def _cents(microhours: int, price: tuple[int, int]) -> int:
+    """``cost`` in minor units, from millionths of an hour and the price's integer ratio."""
+    return _div_half_even(microhours * price[0] * 10**MINOR_PLACES, 10**HOURS_PLACES * price[1])
 
 
 def cost(hours: Decimal, price: Decimal) -> Decimal:
@@ -125,7 +133,7 @@ def to_cents(amount: Decimal) -> int:
     return int(cents)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Copy:
     """A copy (replica attempt) as billing sees it: its weight and price snapshots and when it ran.
 
@@ -139,39 +147,63 @@ class Copy:
     finished_at: datetime | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Metered:
-    """What was charged for a copy so far: up to ``until`` (None: nothing yet), the sums of its charges."""
+    """What was charged for a copy so far: up to ``until`` (None: nothing yet), the sums of its charges in
+    millionths of a machine-hour and in minor units (the meter row's integers)."""
 
     until: datetime | None = None
-    hours: Decimal = Decimal(0)
-    amount: Decimal = Decimal(0)
+    microhours: int = 0
+    cents: int = 0
+
+    @property
+    def hours(self) -> Decimal:
+        return Decimal(self.microhours).scaleb(-HOURS_PLACES)
+
+    @property
+    def amount(self) -> Decimal:
+        return Decimal(self.cents).scaleb(-MINOR_PLACES)
+
+
+@lru_cache(maxsize=4096)
+def _stamp(at: datetime) -> str:
+    # A pass charges thousands of copies from the same period start (the previous pass): formatted once.
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def charge_key(copy_id: int, period_start: datetime) -> str:
     """The idempotency key of a copy's charge for the period starting at ``period_start`` (UTC, microseconds)."""
-    return f"charge:{copy_id}:{period_start.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+    return f"charge:{copy_id}:{_stamp(period_start)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Charge:
-    """One period's charge of one copy: ``hours`` and ``amount`` (money owed, positive; negative when a period
-    charged earlier ran past the copy's recorded end). ``closes``: the copy ended and this is its last charge."""
+    """One period's charge of one copy, in millionths of a machine-hour and in minor units: money owed,
+    positive; negative when a period charged earlier ran past the copy's recorded end. ``closes``: the copy
+    ended and this is its last charge."""
 
     copy_id: int
     period_start: datetime
     period_end: datetime
-    hours: Decimal
-    amount: Decimal
+    microhours: int
+    cents: int
     closes: bool
 
-    @cached_property
+    @property
+    def hours(self) -> Decimal:
+        return Decimal(self.microhours).scaleb(-HOURS_PLACES)
+
+    @property
+    def amount(self) -> Decimal:
+        return Decimal(self.cents).scaleb(-MINOR_PLACES)
+
+    @property
     def key(self) -> str:
         return charge_key(self.copy_id, self.period_start)
 
     def after(self, metered: Metered) -> Metered:
         """The copy's metered state once this charge is recorded."""
-        return Metered(self.period_end, metered.hours + self.hours, metered.amount + self.amount)
+        return Metered(self.period_end, metered.microhours + self.microhours, metered.cents + self.cents)
 
 
 def next_charge(copy: Copy, metered: Metered, now: datetime, *, min_period: timedelta) -> Charge | None:
@@ -180,7 +212,8 @@ def next_charge(copy: Copy, metered: Metered, now: datetime, *, min_period: time
     A running copy is charged only once ``min_period`` has passed since the last charge (the meter's interval:
     a charge per copy per pass, not per request). The amounts are totals over the whole copy minus what was
     charged, so rounding never drifts: the sum of every charge of a closed copy is ``copy_hours`` and
-    ``copy_cost`` over its whole run.
+    ``copy_cost`` over its whole run. Integer arithmetic throughout (the same roundings as ``copy_hours`` and
+    ``cost``): a metering pass computes one per running copy.
 
     Returns:
         None when there is nothing to charge yet: the copy never started, its period is shorter than
@@ -195,6 +228,8 @@ def next_charge(copy: Copy, metered: Metered, now: datetime, *, min_period: time
         end, closes = now, False
         if end - start < min_period or end <= start:
             return None
-    hours = copy_hours(copy.weight, copy.started_at, end)
-    amount = cost(hours, copy.price)
-    return Charge(copy.id, start, end, hours - metered.hours, amount - metered.amount, closes)
+    if copy.weight < 0:
+        raise ValueError("a billing weight is 0 or more")
+    microhours = _copy_microhours(_ratio(copy.weight), copy.started_at, end)
+    cents = _cents(microhours, _ratio(copy.price))
+    return Charge(copy.id, start, end, microhours - metered.microhours, cents - metered.cents, closes)

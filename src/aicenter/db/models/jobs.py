@@ -8,7 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.core.clock import utcnow
@@ -102,13 +102,20 @@ class Replica(IdMixin, TimestampMixin, Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     # Set by the billing meter with the copy's last charge: its pass reads only the copies not yet closed
-    # (this index), not every replica that ever started.
+    # (the partial index of their ids), not every replica that ever started.
     billing_closed: Mapped[bool] = mapped_column(default=False)
 
     __table_args__ = (
         UniqueConstraint("job_id", "task", "index", "attempt", name="uq_replicas_job_task_index_attempt"),
         Index("ix_replicas_status", "status"),
-        Index("ix_replicas_billing_closed_id", "billing_closed", "id"),
+        # Only the open copies, in id order: an index on (billing_closed, id) lost to the primary key in
+        # PostgreSQL's plans, which then walked every closed replica (older, so lower ids) to find the open ones.
+        Index(
+            "ix_replicas_billing_open",
+            "id",
+            postgresql_where=text("NOT billing_closed"),
+            sqlite_where=text("billing_closed = 0"),
+        ),
     )
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import false, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
@@ -64,14 +64,9 @@ async def meter(
     Raises:
         MeterRaced: another meter wrote one of these copies meanwhile; roll back and run again.
     """
-    # The batch's copies first, in id order through the index (billing_closed, id), then their facts and meter
-    # rows by primary key: joined in one query, PostgreSQL hashed every meter row ever written instead.
-    batch_ids = select(Replica.id).where(
-        Replica.billing_closed.is_(False), Replica.started_at.is_not(None), Replica.id > after_replica_id
-    )
-    if job_ids is not None:
-        batch_ids = batch_ids.where(Replica.job_id.in_(list(job_ids)))
-    batch = batch_ids.order_by(Replica.id).limit(limit).subquery()
+    # One query in replica id order from the partial index of open copies, each joined by primary key, so
+    # the LIMIT stops it after the batch: ``= false``, not ``IS false``, which the index's predicate does not
+    # cover (PostgreSQL then walked every closed replica).
     stmt = (
         select(
             Replica.id,
@@ -91,47 +86,44 @@ async def meter(
             BillingMeter.charged_until,
             BillingMeter.microhours,
             BillingMeter.cents,
-            BillingMeter.closed_at,
+            BillingMeter.closed_at.is_not(None).label("meter_closed"),
         )
-        .select_from(batch)
-        .join(Replica, Replica.id == batch.c.id)
         .join(Job, Job.id == Replica.job_id)
         .outerjoin(ResourceSpec, ResourceSpec.id == Replica.spec_id)
         .outerjoin(BillingMeter, BillingMeter.replica_id == Replica.id)
+        .where(Replica.billing_closed == false(), Replica.started_at.is_not(None), Replica.id > after_replica_id)
         .order_by(Replica.id)
+        .limit(limit)
     )
+    if job_ids is not None:
+        stmt = stmt.where(Replica.job_id.in_(list(job_ids)))
     # On the session's connection, not ``session.execute``: plain rows without the ORM's result machinery (a
     # tenth of a pass over 10,000 copies), after the flush ``session.execute`` would have done.
     await session.flush()
     rows = (await (await session.connection()).execute(stmt)).all()
     result = MeterResult(last_replica_id=rows[-1].id if rows else None, more=len(rows) == limit)
-    pending: list[tuple[billing.Charge, billing.Metered, Any, bool]] = []
+    pending: list[tuple[billing.Charge, str, billing.Metered, Any, bool]] = []
+    weights: dict[float, Decimal] = {}  # a float's decimal, once per distinct weight of the batch
     for r in rows:
-        if r.closed_at is not None:  # the flag is written with the close; the meter row is what decides
+        if r.meter_closed:  # the flag is written with the close; the meter row is what decides
             continue
-        copy = billing.Copy(
-            r.id, billing.weight_decimal(r.billing_weight), Decimal(r.price_per_hour), r.started_at, r.finished_at
-        )
+        weight = weights.get(r.billing_weight)
+        if weight is None:
+            weight = weights[r.billing_weight] = billing.weight_decimal(r.billing_weight)
+        copy = billing.Copy(r.id, weight, r.price_per_hour, r.started_at, r.finished_at)
         known = r.charged_until is not None
-        metered = (
-            billing.Metered(
-                r.charged_until,
-                Decimal(r.microhours).scaleb(-billing.HOURS_PLACES),
-                Decimal(r.cents).scaleb(-billing.MINOR_PLACES),
-            )
-            if known
-            else billing.Metered()
-        )
+        metered = billing.Metered(r.charged_until, r.microhours, r.cents) if known else billing.Metered()
         charge = billing.next_charge(copy, metered, now, min_period=min_period)
         if charge is not None:
-            pending.append((charge, metered, r, known))
+            pending.append((charge, charge.key, metered, r, known))
+    charge_kind = EntryKind.CHARGE.value  # an enum member's value is a descriptor lookup: once, not per row
     entries = [
         {
             "workspace_id": r.workspace_id,
-            "kind": EntryKind.CHARGE.value,
-            "amount_cents": -billing.to_cents(charge.amount),
-            "machine_microhours": int(charge.hours.scaleb(billing.HOURS_PLACES)),
-            "idempotency_key": charge.key,
+            "kind": charge_kind,
+            "amount_cents": -charge.cents,
+            "machine_microhours": charge.microhours,
+            "idempotency_key": key,
             "job_id": r.job_id,
             "replica_id": charge.copy_id,
             "period_start": charge.period_start,
@@ -141,8 +133,8 @@ async def meter(
             "actor_name": "system",
             "created_at": now,
         }
-        for charge, _, r, _ in pending
-        if charge.hours or charge.amount
+        for charge, key, _, r, _ in pending
+        if charge.microhours or charge.cents
     ]
     inserted = await insert_entries_if_absent(session, entries)
     wanted = {e["idempotency_key"] for e in entries}
@@ -151,14 +143,14 @@ async def meter(
     deltas: dict[int, int] = {}
     finished: dict[int, datetime] = {}
     rollups: dict[tuple[object, ...], list[int]] = {}
-    for charge, metered, r, known in pending:
-        if charge.key in wanted and charge.key not in inserted:
+    for charge, key, metered, r, known in pending:
+        if key in wanted and key not in inserted:
             continue  # another meter charged this very period (and moved the copy's meter row with it)
         after = charge.after(metered)
         values = {
             "charged_until": after.until,
-            "microhours": int(after.hours.scaleb(billing.HOURS_PLACES)),
-            "cents": billing.to_cents(after.amount),
+            "microhours": after.microhours,
+            "cents": after.cents,
             "closed_at": now if charge.closes else None,
         }
         if known:
@@ -167,15 +159,14 @@ async def meter(
             new_meters.append(_copy_record(r, values, charge.closes))
         if charge.closes:
             finished[charge.copy_id] = r.finished_at
-        if charge.key in inserted:
-            cents = billing.to_cents(charge.amount)
-            deltas[r.workspace_id] = deltas.get(r.workspace_id, 0) - cents
+        if key in inserted:
+            deltas[r.workspace_id] = deltas.get(r.workspace_id, 0) - charge.cents
             result.entries += 1
-            result.cents += cents
+            result.cents += charge.cents
             result.workspaces.add(r.workspace_id)
             sums = rollups.setdefault(_rollup_key(r, charge), [0, 0, 0])
-            sums[0] += int(charge.hours.scaleb(billing.HOURS_PLACES))
-            sums[1] += cents
+            sums[0] += charge.microhours
+            sums[1] += charge.cents
             sums[2] += 1
         result.closed += charge.closes
     if after_replica_id == 0 and job_ids is None:  # once per pass: its first batch

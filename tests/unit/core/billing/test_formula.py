@@ -156,7 +156,7 @@ def test_a_period_charged_past_the_recorded_end_is_given_back() -> None:
 
 def test_never_started_and_clock_behind_charge_nothing() -> None:
     assert next_charge(Copy(1, D(1), D(1), None, None), Metered(), at(999), min_period=MIN) is None
-    ahead = Metered(at(500), D(0), D(0))
+    ahead = Metered(at(500))
     assert next_charge(Copy(1, D(1), D(1), at(0), None), ahead, at(400), min_period=timedelta(0)) is None
 
 

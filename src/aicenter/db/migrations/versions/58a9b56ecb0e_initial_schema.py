@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: e4d17bc196cb
+Revision ID: 58a9b56ecb0e
 Revises: 
-Create Date: 2026-12-06 03:08:38.208152
+Create Date: 2026-12-06 05:01:58.924982
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'e4d17bc196cb'
+revision: str = '58a9b56ecb0e'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -95,7 +95,8 @@ def upgrade() -> None:
     sa.Column('price_per_hour', sa.Numeric(precision=20, scale=4), nullable=False),
     sa.Column('started_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
     sa.Column('finished_at', aicenter.db.base.UTCDateTime(timezone=True), nullable=True),
-    sa.PrimaryKeyConstraint('replica_id', name=op.f('pk_billing_meters'))
+    sa.PrimaryKeyConstraint('replica_id', name=op.f('pk_billing_meters')),
+    postgresql_with={'fillfactor': 50}
     )
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
         batch_op.create_index('ix_billing_meters_closed_at', ['closed_at'], unique=False)
@@ -625,7 +626,7 @@ def upgrade() -> None:
     sa.UniqueConstraint('job_id', 'task', 'index', 'attempt', name='uq_replicas_job_task_index_attempt')
     )
     with op.batch_alter_table('replicas', schema=None) as batch_op:
-        batch_op.create_index('ix_replicas_billing_closed_id', ['billing_closed', 'id'], unique=False)
+        batch_op.create_index('ix_replicas_billing_open', ['id'], unique=False, postgresql_where=sa.text('NOT billing_closed'), sqlite_where=sa.text('billing_closed = 0'))
         batch_op.create_index('ix_replicas_status', ['status'], unique=False)
 
     op.create_table('service_keys',
@@ -849,7 +850,7 @@ def downgrade() -> None:
     op.drop_table('service_keys')
     with op.batch_alter_table('replicas', schema=None) as batch_op:
         batch_op.drop_index('ix_replicas_status')
-        batch_op.drop_index('ix_replicas_billing_closed_id')
+        batch_op.drop_index('ix_replicas_billing_open', postgresql_where=sa.text('NOT billing_closed'), sqlite_where=sa.text('billing_closed = 0'))
 
     op.drop_table('replicas')
     with op.batch_alter_table('notebooks', schema=None) as batch_op:
