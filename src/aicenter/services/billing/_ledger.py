@@ -17,7 +17,7 @@ from aicenter.core.billing_policy import month_start
 from aicenter.core.errors import Conflict, NotFound, ValidationFailed
 from aicenter.core.names import check_text
 from aicenter.db.ledger_writes import insert_entries_if_absent
-from aicenter.db.models import LedgerEntry, Workspace
+from aicenter.db.models import BillingRollup, LedgerEntry, Workspace
 from aicenter.db.pagination import Page, paginate
 from aicenter.services import audit
 from aicenter.services.access import get_visible_workspace, require_platform_admin
@@ -241,16 +241,18 @@ async def list_ledger(
 
 
 async def month_spend(session: AsyncSession, workspace_ids: list[int], now: datetime) -> dict[int, int]:
-    """Cents charged to each workspace since the start of ``now``'s month (UTC), by the ledger's charges."""
+    """Cents charged to each workspace for machine time this month (UTC): the meter's charges whose periods end
+    on or after the 1st, 00:00 UTC, summed from the day rollups (``BillingRollup``, by workspace and day), which
+    the meter writes with every charge in the same transaction.
+
+    The rollups rather than the ledger: admission and every metering pass ask, and the ledger's charges of a
+    busy workspace are tens of thousands a day, with no index by time. A copy closed after midnight on the 1st
+    but ended before it counts in the month it ended, as in the reports."""
     if not workspace_ids:
         return {}
     rows = await session.execute(
-        select(LedgerEntry.workspace_id, func.sum(LedgerEntry.amount_cents))
-        .where(
-            LedgerEntry.workspace_id.in_(workspace_ids),
-            LedgerEntry.kind == EntryKind.CHARGE.value,
-            LedgerEntry.created_at >= month_start(now),
-        )
-        .group_by(LedgerEntry.workspace_id)
+        select(BillingRollup.workspace_id, func.sum(BillingRollup.cents))
+        .where(BillingRollup.workspace_id.in_(workspace_ids), BillingRollup.day >= month_start(now).date())
+        .group_by(BillingRollup.workspace_id)
     )
-    return {ws: -int(total or 0) for ws, total in rows.all()}
+    return {ws: int(total or 0) for ws, total in rows.all()}
