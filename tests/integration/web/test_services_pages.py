@@ -1,6 +1,7 @@
 """The console's services list: members see their workspace's services with model, status, replicas ready/total;
 strangers see none; platform admins see all; "Services" is in the navigation. A service's page: revisions,
-replicas, its events, actions, keys, "try it"."""
+replicas, its events, actions, keys, "try it". A workspace in arrears: the deploy, start and scale-up forms are
+refused with 402 and a readable message, nothing written; a scale-down still goes through."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ from aicenter.controllers.serving import ServingController
 from aicenter.core.catalog import ItemKind
 from aicenter.core.jobs import JobStatus
 from aicenter.db.engine import Database
-from aicenter.db.models import Job, Service
+from aicenter.db.models import Job, Service, ServiceRevision
+from aicenter.services import billing
+from tests.factories import ADMIN
 from tests.integration.api.test_jobs_api import PASSWORD, _logins
 from tests.integration.api.test_services_api import _replica_jobs, _serve
 from tests.integration.services.catalog_helpers import entries, make_store, new_item, new_version
 from tests.integration.services.jobs_helpers import move
 from tests.integration.web.conftest import ADMIN_PASSWORD, OpenBrowser
+from tests.integration.web.test_billing_policy_pages import _count, _text
 
 
 def _rows(text: str) -> list[tuple[str, str]]:
@@ -302,3 +306,79 @@ async def test_try_it_goes_through_the_gateway_as_the_member(
     assert "takes traffic" in tried.text
     not_json = await bob.post(f"/services/{sid}/try", {"body": "{nope"})
     assert (not_json.status_code, 'data-testid="service-try-body-error"' in not_json.text) == (422, True)
+
+
+# --- a workspace in arrears ------------------------------------------------------------------------------------
+
+
+async def _bounds(db: Database, service_id: int) -> list[tuple[int, int]]:
+    """Each revision's (min_replicas, max_replicas)."""
+    async with db.read() as session:
+        specs = (
+            await session.scalars(
+                select(ServiceRevision.spec)
+                .where(ServiceRevision.service_id == service_id)
+                .order_by(ServiceRevision.id)
+            )
+        ).all()
+    return [(int(s.get("min_replicas") or 0), int(s.get("max_replicas") or 0)) for s in specs]
+
+
+async def _service_state(db: Database, service_id: int) -> tuple[str, bool]:
+    async with db.read() as session:
+        row = await session.get(Service, service_id)
+        assert row is not None
+        return row.status, row.stopped_at is not None
+
+
+async def test_deploy_start_and_scale_up_refused_for_money(
+    db: Database, client: httpx.AsyncClient, tmp_path: Path, open_browser: OpenBrowser
+) -> None:
+    w, _ = await _logins(db, client, tmp_path)
+    await _iris(db, tmp_path, w)
+    alice = await open_browser("alice", PASSWORD)
+    deployed = await alice.post("/services/new", _deploy_form())  # no policy yet: admitted at a 0.00 balance
+    assert deployed.status_code == 303, deployed.text
+    url = deployed.headers["location"]
+    sid = int(url.rsplit("/", 1)[1])
+    assert (await alice.post(f"{url}/scale", {"min_replicas": "1", "max_replicas": "4"})).status_code == 303
+    assert await _bounds(db, sid) == [(1, 4)]
+
+    async with db.write() as session:  # strict now, and the balance (0.00) is not positive
+        await billing.set_policy(session, ADMIN, w.p.ws, arrears="warn")
+    refusal = "workspace alice's balance is 0.00 coins; ask a platform admin to recharge"
+    services, revisions, jobs = await _count(db, Service), await _count(db, ServiceRevision), await _count(db, Job)
+    refused = await alice.post("/services/new", _deploy_form(name="iris-two", description="a second one"))
+    assert refused.status_code == 402, refused.text
+    assert _text(refused.text, "service-deploy-error") == refusal
+    assert 'id="service-deploy-name" name="name" type="text" value="iris-two"' in refused.text  # what was typed stays
+    assert 'name="description" rows="2">a second one</textarea>' in refused.text
+    assert (await _count(db, Service), await _count(db, ServiceRevision), await _count(db, Job)) == (
+        services, revisions, jobs,
+    )  # fmt: skip
+
+    # Raising the floor starts replicas: refused, the bounds unchanged and the typed ones kept in the form.
+    up = await alice.post(f"{url}/scale", {"min_replicas": "2", "max_replicas": "5"})
+    assert up.status_code == 402, up.text
+    assert _text(up.text, "service-scale-error") == refusal
+    assert 'id="service-scale-min-replicas" name="min_replicas" type="number" value="2"' in up.text
+    assert 'id="service-scale-max-replicas" name="max_replicas" type="number" value="5"' in up.text
+    assert await _bounds(db, sid) == [(1, 4)]
+    # Scaling down (to zero, too) frees machines: never refused.
+    down = await alice.post(f"{url}/scale", {"min_replicas": "0", "max_replicas": "3"})
+    assert down.status_code == 303, down.text
+    assert await _bounds(db, sid) == [(0, 3)]
+
+    # Stopping is never refused; starting it again is, and it stays stopped.
+    assert (await alice.post(f"{url}/stop")).status_code == 303
+    assert await _service_state(db, sid) == ("stopped", True)
+    start = await alice.post(f"{url}/start")
+    assert start.status_code == 402, start.text
+    assert _text(start.text, "service-state-error") == refusal
+    assert 'data-testid="service-start"' in start.text  # the page still offers the start button
+    assert await _service_state(db, sid) == ("stopped", True)
+
+    async with db.write() as session:  # recharged: admitted again
+        await billing.recharge(session, ADMIN, w.p.ws, "10", reason="top-up")
+    assert (await alice.post(f"{url}/start")).status_code == 303
+    assert (await _service_state(db, sid))[1] is False
