@@ -227,3 +227,19 @@ async def test_deleting_a_finished_job_charges_its_last_minutes_first(db: Databa
         meters = (await session.scalars(select(BillingMeter).where(BillingMeter.job_id == job_id))).all()
         assert await billing.verify(session, ADMIN) == []
     assert [(m.closed_at is not None, m.charged_until, m.finished_at) for m in meters] == [(True, end, end)] * 2
+
+
+async def test_month_spend_counts_this_months_charges_only(db: Database, tmp_path: Path) -> None:
+    """The month's spend (admission's limit, the policy pages) is the charges of periods ending this month (UTC),
+    whatever was charged before the 1st; recharges and adjustments are no spend."""
+    w = await job_world(db, tmp_path)
+    await started_job(db, w, at=T0 - timedelta(hours=10))  # Feb 28th, 22:00 (T0: the 1st of March, 08:00 UTC)
+    await run_meter(db, T0 - timedelta(hours=8, minutes=30))  # 23:30: 2 copies x weight 2 x 1.5 h x 1/h = 6.00
+    async with db.write() as session:
+        assert await billing.month_spend(session, [w.p.ws], T0) == {}
+        await billing.recharge(session, ADMIN, w.p.ws, "50", reason="top-up")
+    await run_meter(db, T0)  # March 1st, 08:00: 8.5 h more of 2 copies x weight 2 = 34.00
+    async with db.read() as session:
+        assert await billing.month_spend(session, [w.p.ws], T0) == {w.p.ws: 3400}
+        assert await billing.month_spend(session, [w.p.ws], T0 - timedelta(days=1)) == {w.p.ws: 4000}  # since Feb 1st: both
+        assert await billing.month_spend(session, [w.p.ws], T0 + timedelta(days=31)) == {}  # April
