@@ -241,5 +241,6 @@ async def test_month_spend_counts_this_months_charges_only(db: Database, tmp_pat
     await run_meter(db, T0)  # March 1st, 08:00: 8.5 h more of 2 copies x weight 2 = 34.00
     async with db.read() as session:
         assert await billing.month_spend(session, [w.p.ws], T0) == {w.p.ws: 3400}
-        assert await billing.month_spend(session, [w.p.ws], T0 - timedelta(days=1)) == {w.p.ws: 4000}  # since Feb 1st: both
+        since_february = await billing.month_spend(session, [w.p.ws], T0 - timedelta(days=1))
+        assert since_february == {w.p.ws: 4000}  # both
         assert await billing.month_spend(session, [w.p.ws], T0 + timedelta(days=31)) == {}  # April

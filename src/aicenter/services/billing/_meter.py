@@ -1,7 +1,7 @@
 """The meter: charges every started copy that is not closed (package docstring: exactly once).
 
-A pass reads only copies not yet closed (``Replica.billing_closed``, a partial index of their ids), not every replica
-that ever started. With a copy's first charge it writes billing's own copy record (``BillingMeter``: who, what,
+A pass reads only copies not yet closed (``Replica.billing_closed``, a partial index of their ids), not every
+replica that ever started. With a copy's first charge it writes billing's own copy record (``BillingMeter``: who, what,
 weight, price, start) and with its last the end; with every charge it adds to the day rollups the reports read.
 All in the caller's transaction, behind the same two guards, so the rollups are exactly once as the ledger is.
 """
