@@ -16,8 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from aicenter.core import billing
-from aicenter.db.models import LedgerEntry, Replica, ServiceReplica
-from aicenter.services.billing._ledger import EntryKind
+from aicenter.db.models import BillingMeter, Replica, ServiceReplica
 
 
 @dataclass(frozen=True)
@@ -64,11 +63,11 @@ async def _cost_of_jobs(session: AsyncSession, job_ids: Sequence[int], now: date
     hours, amount, estimated, copies = copies_cost(rows, now)
     charged_cents = 0
     if job_ids:
-        charged_cents = -(
+        # The copies' meter rows hold the sums of their charges (written with each charge, in its transaction):
+        # a few rows per job by its index, where the ledger has a charge per copy per minute.
+        charged_cents = int(
             await session.scalar(
-                select(func.coalesce(func.sum(LedgerEntry.amount_cents), 0)).where(
-                    LedgerEntry.kind == EntryKind.CHARGE.value, LedgerEntry.job_id.in_(job_ids)
-                )
+                select(func.coalesce(func.sum(BillingMeter.cents), 0)).where(BillingMeter.job_id.in_(job_ids))
             )
             or 0
         )

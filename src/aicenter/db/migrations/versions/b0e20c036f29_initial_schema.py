@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: 58a9b56ecb0e
+Revision ID: b0e20c036f29
 Revises: 
-Create Date: 2026-12-06 05:01:58.924982
+Create Date: 2026-12-06 05:24:59.546419
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = '58a9b56ecb0e'
+revision: str = 'b0e20c036f29'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -73,7 +73,6 @@ def upgrade() -> None:
     sqlite_autoincrement=True
     )
     with op.batch_alter_table('billing_ledger', schema=None) as batch_op:
-        batch_op.create_index('ix_billing_ledger_replica_id', ['replica_id'], unique=False)
         batch_op.create_index('ix_billing_ledger_workspace_id_id', ['workspace_id', 'id'], unique=False)
 
     op.create_table('billing_meters',
@@ -100,6 +99,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
         batch_op.create_index('ix_billing_meters_closed_at', ['closed_at'], unique=False)
+        batch_op.create_index('ix_billing_meters_job_id', ['job_id'], unique=False)
         batch_op.create_index('ix_billing_meters_workspace_id', ['workspace_id'], unique=False)
 
     op.create_table('billing_rollups',
@@ -946,12 +946,12 @@ def downgrade() -> None:
     op.drop_table('billing_rollups')
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
         batch_op.drop_index('ix_billing_meters_workspace_id')
+        batch_op.drop_index('ix_billing_meters_job_id')
         batch_op.drop_index('ix_billing_meters_closed_at')
 
     op.drop_table('billing_meters')
     with op.batch_alter_table('billing_ledger', schema=None) as batch_op:
         batch_op.drop_index('ix_billing_ledger_workspace_id_id')
-        batch_op.drop_index('ix_billing_ledger_replica_id')
 
     op.drop_table('billing_ledger')
     with op.batch_alter_table('audit_events', schema=None) as batch_op:
