@@ -147,14 +147,12 @@ class Copy:
     finished_at: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class Metered:
-    """What was charged for a copy so far: up to ``until`` (None: nothing yet), the sums of its charges in
-    millionths of a machine-hour and in minor units (the meter row's integers)."""
+class _InUnits:
+    """Integer sums (millionths of a machine-hour, minor units) read as the decimals the formula speaks in."""
 
-    until: datetime | None = None
-    microhours: int = 0
-    cents: int = 0
+    __slots__ = ()
+    microhours: int
+    cents: int
 
     @property
     def hours(self) -> Decimal:
@@ -163,6 +161,16 @@ class Metered:
     @property
     def amount(self) -> Decimal:
         return Decimal(self.cents).scaleb(-MINOR_PLACES)
+
+
+@dataclass(frozen=True, slots=True)
+class Metered(_InUnits):
+    """What was charged for a copy so far: up to ``until`` (None: nothing yet), the sums of its charges in
+    millionths of a machine-hour and in minor units (the meter row's integers)."""
+
+    until: datetime | None = None
+    microhours: int = 0
+    cents: int = 0
 
 
 @lru_cache(maxsize=4096)
@@ -177,7 +185,7 @@ def charge_key(copy_id: int, period_start: datetime) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(_InUnits):
     """One period's charge of one copy, in millionths of a machine-hour and in minor units: money owed,
     positive; negative when a period charged earlier ran past the copy's recorded end. ``closes``: the copy
     ended and this is its last charge."""
@@ -188,14 +196,6 @@ class Charge:
     microhours: int
     cents: int
     closes: bool
-
-    @property
-    def hours(self) -> Decimal:
-        return Decimal(self.microhours).scaleb(-HOURS_PLACES)
-
-    @property
-    def amount(self) -> Decimal:
-        return Decimal(self.cents).scaleb(-MINOR_PLACES)
 
     @property
     def key(self) -> str:
