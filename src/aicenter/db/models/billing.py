@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Date, ForeignKey, Index, Integer, Numeric, String
+from sqlalchemy import BigInteger, Date, ForeignKey, Index, Integer, Numeric, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aicenter.core.clock import utcnow
@@ -85,8 +85,14 @@ class BillingMeter(Base):
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
 
     __table_args__ = (
-        Index("ix_billing_meters_closed_at", "closed_at"),
-        Index("ix_billing_meters_workspace_id", "workspace_id"),
+        # The open rows only (a pass looks for those whose replica is gone): an index of every row's closed_at
+        # cost a third of inserting a pass's new rows.
+        Index(
+            "ix_billing_meters_open",
+            "replica_id",
+            postgresql_where=text("closed_at IS NULL"),
+            sqlite_where=text("closed_at IS NULL"),
+        ),
         Index("ix_billing_meters_job_id", "job_id"),  # a job's or a service's charged so far
         # Every pass rewrites each open copy's row: pages half empty keep those updates on their page (HOT, no
         # index entries), which took a third off the update of 10,000 rows.

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: b0e20c036f29
+Revision ID: a141f0a399de
 Revises: 
-Create Date: 2026-12-06 05:24:59.546419
+Create Date: 2026-12-06 05:33:11.195140
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import aicenter.db.base
 from sqlalchemy import Text  # noqa: F401 - autogenerate renders JSONB(astext_type=Text())
 from sqlalchemy.dialects import postgresql
 
-revision: str = 'b0e20c036f29'
+revision: str = 'a141f0a399de'
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -98,9 +98,8 @@ def upgrade() -> None:
     postgresql_with={'fillfactor': 50}
     )
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
-        batch_op.create_index('ix_billing_meters_closed_at', ['closed_at'], unique=False)
         batch_op.create_index('ix_billing_meters_job_id', ['job_id'], unique=False)
-        batch_op.create_index('ix_billing_meters_workspace_id', ['workspace_id'], unique=False)
+        batch_op.create_index('ix_billing_meters_open', ['replica_id'], unique=False, postgresql_where=sa.text('closed_at IS NULL'), sqlite_where=sa.text('closed_at IS NULL'))
 
     op.create_table('billing_rollups',
     sa.Column('day', sa.Date(), nullable=False),
@@ -945,9 +944,8 @@ def downgrade() -> None:
 
     op.drop_table('billing_rollups')
     with op.batch_alter_table('billing_meters', schema=None) as batch_op:
-        batch_op.drop_index('ix_billing_meters_workspace_id')
+        batch_op.drop_index('ix_billing_meters_open', postgresql_where=sa.text('closed_at IS NULL'), sqlite_where=sa.text('closed_at IS NULL'))
         batch_op.drop_index('ix_billing_meters_job_id')
-        batch_op.drop_index('ix_billing_meters_closed_at')
 
     op.drop_table('billing_meters')
     with op.batch_alter_table('billing_ledger', schema=None) as batch_op:
