@@ -56,30 +56,33 @@ def _array_type(table: Table, name: str) -> Any:
 async def insert_entries_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
     """Insert ledger entries whose ``idempotency_key`` is new. Returns the keys actually inserted: an entry
     whose key exists (a retried or concurrent write) is skipped, and its caller must not count it again."""
-    if not rows:
-        return set()
-    if rows[0].keys() >= _ENTRY_COLUMNS:
-        if session.get_bind().dialect.name == "sqlite":
-            return set(await _sqlite_insert_returning(session, _LEDGER, _ENTRY_COLUMNS, rows, "idempotency_key"))
-        result = await session.execute(_INSERT_ENTRIES_PG, _columns(rows, _ENTRY_COLUMNS))
-        return {key for (key,) in result}
-    statement = _insert(session)(_LEDGER).on_conflict_do_nothing().returning(_LEDGER.c.idempotency_key)
-    result = await session.execute(statement, list(rows))
-    return {key for (key,) in result}
+    return await _insert_if_absent(session, _LEDGER, _ENTRY_COLUMNS, _INSERT_ENTRIES_PG, "idempotency_key", rows)
 
 
 async def insert_meters_if_absent(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[int]:
     """Insert meter rows whose replica has none yet. Returns the replica ids actually inserted."""
+    return await _insert_if_absent(session, _METERS, _METER_COLUMNS, _INSERT_METERS_PG, "replica_id", rows)
+
+
+async def _insert_if_absent(
+    session: AsyncSession,
+    table: Table,
+    columns: frozenset[str],
+    unnest_insert: Any,
+    key: str,
+    rows: Sequence[Mapping[str, Any]],
+) -> set[Any]:
+    """Rows giving every column go in one statement per batch (PostgreSQL's ``unnest_insert``) or per page
+    (SQLite, through the driver); others (an admin's entry, leaving columns to their defaults) through
+    SQLAlchemy's insert. Returns the ``key`` values inserted."""
     if not rows:
         return set()
-    if rows[0].keys() >= _METER_COLUMNS:
+    if rows[0].keys() >= columns:
         if session.get_bind().dialect.name == "sqlite":
-            return set(await _sqlite_insert_returning(session, _METERS, _METER_COLUMNS, rows, "replica_id"))
-        result = await session.execute(_INSERT_METERS_PG, _columns(rows, _METER_COLUMNS))
-        return {replica_id for (replica_id,) in result}
-    statement = _insert(session)(_METERS).on_conflict_do_nothing().returning(_METERS.c.replica_id)
-    result = await session.execute(statement, list(rows))
-    return {replica_id for (replica_id,) in result}
+            return set(await _sqlite_insert_returning(session, table, columns, rows, key))
+        return {value for (value,) in await session.execute(unnest_insert, _columns(rows, columns))}
+    statement = _insert(session)(table).on_conflict_do_nothing().returning(table.c[key])
+    return {value for (value,) in await session.execute(statement, list(rows))}
 
 
 async def advance_meters(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> int:

@@ -264,7 +264,7 @@ def _copy_record(r: Any, values: dict[str, Any], closes: bool) -> dict[str, Any]
         "gpu_type": r.gpu_type or "",
         "gpu": r.gpu,
         "billing_weight": r.billing_weight,
-        "price_per_hour": Decimal(r.price_per_hour),
+        "price_per_hour": r.price_per_hour,
         "started_at": r.started_at,
         "finished_at": r.finished_at if closes else None,
     }

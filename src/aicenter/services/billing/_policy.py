@@ -252,7 +252,7 @@ async def balance_ratio(session: AsyncSession, now: datetime) -> list[Element]:
     positive and the balance itself (0 or less) once it is not. Workspaces without a policy have no element:
     nothing is billed strictly there, nothing to warn about."""
     rows = list((await session.scalars(select(BillingPolicy))).all())
-    strict = {r.workspace_id: _policy_of(r) for r in rows if _policy_of(r).strict}
+    strict = {r.workspace_id: policy for r in rows if (policy := _policy_of(r)).strict}
     if not strict:
         return []
     workspaces = (await session.scalars(select(Workspace).where(Workspace.id.in_(list(strict))))).all()
