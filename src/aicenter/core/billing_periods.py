@@ -12,6 +12,8 @@ from enum import StrEnum
 from aicenter.core.errors import ValidationFailed
 
 MAX_RANGE_YEARS = 5
+# A range's last bucket and its five-year bound must stay within the calendar's year 9999.
+LAST_YEAR = 9000
 
 
 class Period(StrEnum):
@@ -79,9 +81,12 @@ def report_range(period: Period, start: date | None, end: date | None, anchor: d
     ``anchor``).
 
     Raises:
-        ValidationFailed: one end only (unbounded), ``to`` not after ``from`` (reversed or empty), or longer
-            than five years.
+        ValidationFailed: one end only (unbounded), ``to`` not after ``from`` (reversed or empty), longer
+            than five years, or a day after ``LAST_YEAR``.
     """
+    for day, field in ((anchor, "anchor"), (start, "from"), (end, "to")):
+        if day is not None and day.year > LAST_YEAR:
+            raise ValidationFailed(f"must be in the year {LAST_YEAR} or before", field=field)
     if start is None and end is None:
         first = bucket_start(anchor, period)
         return first, next_bucket(first, period)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from starlette.datastructures import FormData
 
 from aicenter.core.errors import AicenterError, ValidationFailed
+from aicenter.core.ids import MAX_ID
 from aicenter.web.security import CSRF_FIELD
 
 # Fields whose values are never echoed back into a re-rendered form.
@@ -116,6 +117,15 @@ def parse_int(raw: str, field_name: str, *, default: int | None = None) -> int |
         return int(raw)
     except ValueError:
         raise ValidationFailed(f'"{raw}" is not a whole number', field=field_name) from None
+
+
+def parse_id(raw: str, field_name: str) -> int | None:
+    """An object's id typed in a filter (1 to ``MAX_ID``, as the API's ids); empty gives None."""
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_ID:
+        raise ValidationFailed(f'"{raw}" is not an id (a whole number from 1)', field=field_name)
+    return int(raw)
 
 
 def parse_float(raw: str, field_name: str, *, default: float | None = None) -> float | None:

@@ -286,5 +286,11 @@ async def test_steps_move_on_while_requests_flow(
         await serving.apply_decision(session, sid, wants, now=second.updated_at + timedelta(seconds=60))
     assert [(r.desired_replicas, r.message) for r in await revisions()][1] == (2, "scaling up")
     assert [r.updated_at for r in await revisions()] == before
+    # Also on a tick whose later steps query (and so flush the changed revision before the end).
+    wants = ServiceDecision(revisions={second.id: RevisionChange(desired=3)}, drain=[second.id * 1000], forget=[0])
+    async with db.write() as session:
+        await serving.apply_decision(session, sid, wants, now=second.updated_at + timedelta(seconds=61))
+    assert [r.desired_replicas for r in await revisions()][1] == 3
+    assert [r.updated_at for r in await revisions()] == before
     await controller.run_once()
     assert [(r.state, r.traffic) for r in await revisions()] == [("retired", 0), ("ready", 100)]

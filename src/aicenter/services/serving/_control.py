@@ -250,6 +250,7 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
             rev.desired_replicas = change.desired
         if change.message is not None:
             rev.message = change.message
+    _keep_traffic_clocks(session, revisions.values(), moved)  # now: the queries below flush these rows
     if decision.stable_revision_id is not None:
         service.stable_revision_id = decision.stable_revision_id
     if decision.status is not None and service.stopped_at is None:
@@ -287,16 +288,16 @@ async def apply_decision(session: AsyncSession, service_id: int, decision: Servi
                 rev.message = message
             else:
                 changed = True
-    for rev in revisions.values():
-        if rev.id not in moved and session.is_modified(rev):
-            _keep_traffic_clock(rev)
+    _keep_traffic_clocks(session, revisions.values(), moved)  # and what changed since (a refusal's message)
     if changed:
         routes_changed.notify_after_commit(session)
     notify_after_commit(session)
 
 
-def _keep_traffic_clock(rev: ServiceRevision) -> None:
+def _keep_traffic_clocks(session: AsyncSession, revisions: Iterable[ServiceRevision], moved: set[int]) -> None:
     """A revision's ``updated_at`` is when its traffic last moved (the steps rollout's clock, ``load_controls``):
     a write that does not move it (replicas wanted, a message) must not restart it through the column's onupdate,
-    which an explicit value in the UPDATE overrides."""
-    flag_modified(rev, "updated_at")
+    which an explicit value in the UPDATE overrides. Before each flush: a flushed row is no longer modified."""
+    for rev in revisions:
+        if rev.id not in moved and session.is_modified(rev):
+            flag_modified(rev, "updated_at")

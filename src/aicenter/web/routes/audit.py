@@ -10,7 +10,7 @@ from starlette.responses import Response
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.services import audit
 from aicenter.web.console import Page, first_page_url, page_url, render
-from aicenter.web.forms import FormState, failed_form
+from aicenter.web.forms import FormState, failed_form, parse_id
 
 router = APIRouter()
 
@@ -37,9 +37,7 @@ async def audit_log(cx: Page) -> Response:
     next_url = None
     status = 200
     try:
-        workspace_id = values["workspace_id"]
-        if workspace_id and not workspace_id.isdigit():
-            raise ValidationFailed("must be a workspace id (a number)", field="workspace_id")
+        workspace_id = parse_id(values["workspace_id"], "workspace_id")
         since = _day(values["since"], "since")
         until = _day(values["until"], "until", end=True)
         async with cx.ctx.db.read() as session:
@@ -52,7 +50,7 @@ async def audit_log(cx: Page) -> Response:
                 action=values["action"] or None,
                 target_type=values["target_type"] or None,
                 target_id=values["target_id"] or None,
-                workspace_id=int(workspace_id) if workspace_id else None,
+                workspace_id=workspace_id,
                 since=since,
                 until=until,
             )

@@ -15,7 +15,7 @@ from aicenter.core.billing_periods import Period, parse_day
 from aicenter.core.errors import AicenterError, ValidationFailed
 from aicenter.services import billing
 from aicenter.web.console import Page, render
-from aicenter.web.forms import FormState, failed_form
+from aicenter.web.forms import FormState, failed_form, parse_id
 from aicenter.web.nav import NAV, NavEntry
 
 router = APIRouter()
@@ -48,9 +48,7 @@ async def _report(cx: Page, values: dict[str, str]) -> billing.Report:
         raise ValidationFailed(f"must be one of {', '.join(PERIODS)}", field="period")
     if values["group_by"] not in GROUPS:
         raise ValidationFailed(f"must be one of {', '.join(GROUPS)}", field="group_by")
-    workspace_id = values["workspace_id"]
-    if workspace_id and not workspace_id.isdigit():
-        raise ValidationFailed("must be a workspace id (a number)", field="workspace_id")
+    workspace_id = parse_id(values["workspace_id"], "workspace_id")
     async with cx.ctx.db.read() as session:
         return await billing.report(
             session,
@@ -59,7 +57,7 @@ async def _report(cx: Page, values: dict[str, str]) -> billing.Report:
             group_by=billing.GroupBy(values["group_by"]),
             start=parse_day(values["from"], "from"),
             end=parse_day(values["to"], "to"),
-            workspace_id=int(workspace_id) if workspace_id else None,
+            workspace_id=workspace_id,
         )
 
 

@@ -72,3 +72,23 @@ def test_five_years_is_allowed_and_bad_days_are_named() -> None:
     with pytest.raises(ValidationFailed) as info:
         parse_day("2026-02-30", "from")
     assert info.value.details["field"] == "from"
+
+
+@pytest.mark.parametrize(
+    ("period", "start", "end", "anchor", "field"),
+    [
+        (Period.MONTH, None, None, date(9999, 12, 31), "anchor"),
+        (Period.YEAR, None, None, date(9999, 6, 1), "anchor"),
+        (Period.YEAR, date(9998, 1, 1), date(9999, 6, 1), date(2026, 1, 1), "from"),
+        (Period.WEEK, date(8999, 1, 1), date(9001, 1, 1), date(2026, 1, 1), "to"),
+    ],
+)
+def test_days_near_the_calendars_end_are_refused_not_overflowed(
+    period: Period, start: date | None, end: date | None, anchor: date, field: str
+) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        report_range(period, start, end, anchor)
+    assert info.value.details["field"] == field
+    last = report_range(Period.YEAR, None, None, date(9000, 12, 31))
+    assert last == (date(9000, 1, 1), date(9001, 1, 1))
+    assert buckets(*last, Period.WEEK)[-1] == date(9000, 12, 29)  # a Monday
