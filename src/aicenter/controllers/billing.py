@@ -81,10 +81,7 @@ class BillingController(Controller):
             except billing.MeterRaced as exc:  # raised out of the transaction: it rolled back whole
                 log.warning("billing: %s; the next pass charges it", exc)
                 return None
-            total.entries += result.entries
-            total.closed += result.closed
-            total.cents += result.cents
-            total.workspaces |= result.workspaces
+            total.add(result)
             if not result.more or result.last_replica_id is None:
                 break
             after = result.last_replica_id

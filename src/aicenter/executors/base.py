@@ -169,7 +169,7 @@ class ReplicaPlan:
     read_write: tuple[Path, ...] = ()
     published: tuple[int, ...] = ()
     publish_host: str = "127.0.0.1"
-    publish_token: str = ""
+    publish_token: str = field(default="", repr=False)  # a secret: never in a logged repr
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,14 @@ async def test_report_page_table_chart_csv_and_admin_summary(
     bad = await alice.get("/billing/reports?period=month&from=2026-03-01&to=2026-01-01")
     assert bad.status_code == 422
     assert 'data-testid="billing-report-to-error"' in bad.text
+    for query_part, shown in (
+        ("workspace_id=%C2%B2", 'data-testid="billing-report-workspace-id-error"'),  # a digit to isdigit, not int
+        ("workspace_id=99999999999999999999999", 'data-testid="billing-report-workspace-id-error"'),  # over int64
+        ("from=9998-01-01&to=9999-06-01", 'data-testid="billing-report-from-error"'),  # buckets past year 9999
+    ):
+        bad = await alice.get(f"/billing/reports?period=year&{query_part}")
+        assert bad.status_code == 422, (query_part, bad.status_code)
+        assert shown in bad.text, query_part
 
     everything = await admin.get(f"/billing/reports?{query}")
     assert everything.text.count('data-testid="billing-report-row"') == 2

@@ -9,7 +9,7 @@ All in the caller's transaction, behind the same two guards, so the rollups are 
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -42,7 +42,12 @@ class MeterResult:
     cents: int = 0
     last_replica_id: int | None = None
     more: bool = False
-    workspaces: set[int] = field(default_factory=set)
+
+    def add(self, batch: MeterResult) -> None:
+        """Count a batch's charges into this pass's totals."""
+        self.entries += batch.entries
+        self.closed += batch.closed
+        self.cents += batch.cents
 
 
 async def meter(
@@ -163,7 +168,6 @@ async def meter(
             deltas[r.workspace_id] = deltas.get(r.workspace_id, 0) - charge.cents
             result.entries += 1
             result.cents += charge.cents
-            result.workspaces.add(r.workspace_id)
             sums = rollups.setdefault(_rollup_key(r, charge), [0, 0, 0])
             sums[0] += charge.microhours
             sums[1] += charge.cents
@@ -197,10 +201,7 @@ async def meter_jobs(session: AsyncSession, job_ids: Collection[int], now: datet
     total, after = MeterResult(), 0
     while True:
         result = await meter(session, now, min_period=timedelta(0), after_replica_id=after, job_ids=job_ids)
-        total.entries += result.entries
-        total.closed += result.closed
-        total.cents += result.cents
-        total.workspaces |= result.workspaces
+        total.add(result)
         if not result.more or result.last_replica_id is None:
             return total
         after = result.last_replica_id

@@ -93,7 +93,6 @@ async def billing_reports(cx: Page) -> Response:
     except AicenterError as exc:
         forms.append(failed_form("billing-report", values, exc, FILTERS))
         status = exc.status
-    table: dict[tuple[Any, str], billing.ReportRow] = {(r.bucket, r.group): r for r in report.rows} if report else {}
     query = urlencode({k: v for k, v in values.items() if v})
     return render(
         cx,
@@ -106,7 +105,6 @@ async def billing_reports(cx: Page) -> Response:
         periods=PERIODS,
         groups=GROUPS,
         report=report,
-        table=table,
         chart=_chart(report) if report else [],
         stats=stats,
         csv_url=f"/billing/reports.csv?{query}",
