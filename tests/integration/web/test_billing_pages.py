@@ -153,6 +153,9 @@ async def test_who_sees_what(world: World, db: Database, open_browser: OpenBrows
         f"/billing/workspaces/{world.ws}/entries", {"kind": "recharge", "amount": "5", "reason": "mine"}
     )
     assert refused.status_code == 403
+    # A kind that is none of the three: still 403 first (not a hint about the form), as through the API.
+    odd = await bob.post(f"/billing/workspaces/{world.ws}/entries", {"kind": "charge", "amount": "5", "reason": "x"})
+    assert odd.status_code == 403
     assert await _entries(db) == before
 
 

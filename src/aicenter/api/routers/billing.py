@@ -32,11 +32,6 @@ router = APIRouter(prefix="/api/v1", tags=["billing"], responses=ERROR_RESPONSES
 _Kind = Annotated[
     Literal["charge", "recharge", "refund", "adjustment"] | None, Query(description="Only entries of this kind.")
 ]
-_POST = {
-    "recharge": billing.recharge,
-    "refund": billing.refund,
-    "adjustment": billing.adjust,
-}
 
 
 @router.get("/workspaces/{workspace_id}/balance", openapi_extra=access(Access.WORKSPACE))
@@ -69,8 +64,8 @@ async def add_entry(workspace_id: Id, body: EntryCreate, actor: CurrentActor, se
     """Recharge, refund or adjust a workspace's balance, with a reason (platform admins). A bad amount (negative,
     0, not a number, more than 2 decimal places) is 422 `validation_failed` naming `amount`; nothing is
     written. The same `idempotency_key` again answers the first entry; for another amount, 409 `conflict`."""
-    entry = await _POST[body.kind](
-        session, actor, workspace_id, body.amount, reason=body.reason, idempotency_key=body.idempotency_key
+    entry = await billing.add_entry(
+        session, actor, workspace_id, body.kind, body.amount, reason=body.reason, idempotency_key=body.idempotency_key
     )
     return EntryOut.model_validate(entry)
 

@@ -15,10 +15,12 @@ that copy (or, when the two disagree, rolls back whole: ``MeterRaced``); the nex
 
 from aicenter.services.billing._cost import CostView, copies_cost, job_cost, service_cost
 from aicenter.services.billing._ledger import (
+    CREDIT_KINDS,
     MAX_AMOUNT,
     BalanceView,
     EntryKind,
     EntryView,
+    add_entry,
     adjust,
     get_balance,
     list_ledger,
@@ -29,7 +31,6 @@ from aicenter.services.billing._ledger import (
 )
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter, meter_jobs
 from aicenter.services.billing._overview import (
-    CREDIT_KINDS,
     AccountView,
     account,
     all_accounts,
@@ -69,6 +70,7 @@ __all__ = [
     "Stats",
     "Transition",
     "account",
+    "add_entry",
     "adjust",
     "admit",
     "all_accounts",

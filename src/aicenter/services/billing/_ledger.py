@@ -216,6 +216,33 @@ async def adjust(
     return await _post(session, actor, EntryKind.ADJUSTMENT, workspace_id, amount, reason, idempotency_key)
 
 
+CREDIT_KINDS = frozenset({EntryKind.RECHARGE, EntryKind.REFUND, EntryKind.ADJUSTMENT})  # what admins write
+
+
+async def add_entry(
+    session: AsyncSession,
+    actor: Actor,
+    workspace_id: int,
+    kind: object,
+    amount: object,
+    *,
+    reason: str,
+    idempotency_key: str | None = None,
+) -> EntryView:
+    """A recharge, refund or adjustment named by its kind (the API's and the console's one form), as
+    ``recharge``, ``refund`` and ``adjust``.
+
+    Raises:
+        Forbidden: not a platform admin (checked first, whatever the kind).
+        ValidationFailed: ``kind`` is none of those three (``field`` "kind"), or as ``recharge``.
+    """
+    require_platform_admin(actor, "a billing entry")
+    entry_kind = next((k for k in CREDIT_KINDS if k.value == kind), None)
+    if entry_kind is None:
+        raise ValidationFailed("choose recharge, refund or adjustment", field="kind")
+    return await _post(session, actor, entry_kind, workspace_id, amount, reason, idempotency_key)
+
+
 async def get_balance(session: AsyncSession, actor: Actor, workspace_id: int) -> BalanceView:
     """A workspace's balance (its members and platform admins; others get NotFound)."""
     workspace = await get_visible_workspace(session, actor, workspace_id)

@@ -19,8 +19,6 @@ from aicenter.services.access import get_visible_workspace, member_workspace_ids
 from aicenter.services.billing._ledger import EntryKind, EntryView, month_spend
 from aicenter.services.context import Actor
 
-CREDIT_KINDS = frozenset({EntryKind.RECHARGE, EntryKind.REFUND, EntryKind.ADJUSTMENT})
-
 
 @dataclass(frozen=True)
 class AccountView:

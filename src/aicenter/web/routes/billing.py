@@ -41,11 +41,6 @@ ENTRY_KINDS = [
     (billing.EntryKind.REFUND.value, "Refund (+)"),
     (billing.EntryKind.ADJUSTMENT.value, "Adjustment (+ or -)"),
 ]
-_POST = {
-    billing.EntryKind.RECHARGE.value: billing.recharge,
-    billing.EntryKind.REFUND.value: billing.refund,
-    billing.EntryKind.ADJUSTMENT.value: billing.adjust,
-}
 POLICY_FIELDS = ("arrears", "grace_minutes", "monthly_limit")
 ARREARS_MODES = [
     (ArrearsMode.OFF.value, "off: nothing refused or stopped (unless a limit is set)"),
@@ -116,16 +111,13 @@ async def workspace_billing(workspace_id: Id, cx: Page) -> Response:
 @router.post("/billing/workspaces/{workspace_id:int}/entries")
 async def add_entry(workspace_id: Id, post: Post) -> Response:
     cx = post.cx
-    kind = post.get("kind")
     try:
-        write = _POST.get(kind)
-        if write is None:
-            raise ValidationFailed("choose recharge, refund or adjustment", field="kind")
         async with cx.ctx.db.write() as session:
-            entry = await write(
+            entry = await billing.add_entry(
                 session,
                 cx.actor,
                 workspace_id,
+                post.get("kind"),
                 post.get("amount"),
                 reason=post.get("reason"),
                 idempotency_key=post.get("idempotency_key") or None,
