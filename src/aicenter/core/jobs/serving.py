@@ -25,6 +25,7 @@ __all__ = [
     "SERVICE_TASK",
     "V2_READY_PATH",
     "ServingConfig",
+    "check_ready_path",
     "service_rules",
 ]
 
@@ -85,14 +86,21 @@ class ServingConfig(SpecModel):
     @field_validator("ready_path", mode="before")
     @classmethod
     def _ready_path(cls, value: Any) -> str:
-        if (
-            not isinstance(value, str)
-            or not value.startswith("/")
-            or len(value) > 512
-            or any(c in value for c in " \r\n")
-        ):
-            fail(f"must be a path starting with / (got {value!r})")
-        return value
+        return check_ready_path(value)
+
+
+def check_ready_path(value: Any) -> str:
+    """A readiness path as the gateway and the controller both probe it: starting with /, printable ASCII
+    without spaces (the gateway writes it into a request line as it is), at most 512 characters."""
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or len(value) > 512
+        or not (value.isascii() and value.isprintable())
+        or " " in value
+    ):
+        fail(f"must be a path starting with / (got {value!r})")
+    return value
 
 
 def service_rules(spec: Any) -> None:

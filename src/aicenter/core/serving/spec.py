@@ -32,6 +32,7 @@ from aicenter.core.jobs.serving import (
     SERVE_COMMAND,
     SERVICE_TASK,
     V2_READY_PATH,
+    check_ready_path,
 )
 from aicenter.core.names import check_name
 
@@ -145,14 +146,7 @@ class RevisionSpec(SpecModel):
     @classmethod
     def _ready_path(cls, value: Any) -> Any:
         # Checked here, not only by the replica's job spec: the error then names ready_path, not serving.ready_path.
-        if value is not None and (
-            not isinstance(value, str)
-            or not value.startswith("/")
-            or len(value) > 512
-            or any(c in value for c in " \r\n")
-        ):
-            fail(f"must be a path starting with / (got {value!r})")
-        return value
+        return None if value is None else check_ready_path(value)
 
     @model_validator(mode="after")
     def _rules(self) -> RevisionSpec:

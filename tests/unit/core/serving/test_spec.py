@@ -10,7 +10,7 @@ from aicenter.core.serving.spec import parse_deploy_spec, parse_revision_spec
 BASE = {"name": "chat", "resources": {"cpu": 1, "memory": "1Gi"}}
 
 
-@pytest.mark.parametrize("path", ["health", "/a b", "/x\n", 5])
+@pytest.mark.parametrize("path", ["health", "/a b", "/x\n", 5, "/a\tb", "/gesundheit-\u00fc", "/x\x00"])
 def test_a_ready_path_is_an_absolute_path_and_the_error_names_it(path: object) -> None:
     with pytest.raises(ValidationFailed) as caught:
         parse_deploy_spec({**BASE, "runtime": "command", "command": "serve", "ready_path": path})
