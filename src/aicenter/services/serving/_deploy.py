@@ -32,11 +32,10 @@ from aicenter.core.serving.spec import (
     replica_job_spec,
 )
 from aicenter.db.models import CatalogItem, Service, ServiceReplica, ServiceRevision, VersionFile
-from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import audit, billing, catalog, jobs
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
-from aicenter.services.serving._events import record_service_event
+from aicenter.services.serving._events import notify_changed, record_service_event
 
 __all__ = ["deploy_service", "start_replicas", "update_service"]
 
@@ -211,8 +210,7 @@ async def deploy_service(
         f"deployed by {actor.username}: revision 1, {_serves(revision)}",
         details={"revision": revision.number, "model": revision.model_ref, "runtime": revision.runtime},
     )  # fmt: skip
-    notify_after_commit(session)
-    routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
+    notify_changed(session)  # the gateway knows the service (or revision) at once
     return service.id
 
 
@@ -269,8 +267,7 @@ async def update_service(
         f"revision {revision.number} deployed by {actor.username}: {_serves(revision)}, rollout {how}",
         details={"revision": revision.number, "model": revision.model_ref, "rollout": rollout.strategy.value},
     )  # fmt: skip
-    notify_after_commit(session)
-    routes_changed.notify_after_commit(session)  # the gateway knows the service (or revision) at once
+    notify_changed(session)  # the gateway knows the service (or revision) at once
     return revision
 
 

@@ -24,6 +24,7 @@ from aicenter.core.serving.reconcile import ServiceDecision
 from aicenter.core.serving.spec import RevisionState
 from aicenter.db.models import ClusterEvent, Job, Service, ServiceReplica, ServiceRevision
 from aicenter.db.pagination import Page
+from aicenter.events import notify_after_commit, routes_changed
 from aicenter.services import alerts
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service
@@ -167,3 +168,10 @@ async def _failed_replicas(
             severity=Severity.WARNING,
             details={"revision": rev.number, "job_id": job_id},
         )
+
+
+def notify_changed(session: AsyncSession) -> None:
+    """Once committed: the job controllers act, and this process's gateway reloads its routes at once (a caller's
+    next request sees the change, not the table of up to a refresh ago)."""
+    notify_after_commit(session)
+    routes_changed.notify_after_commit(session)

@@ -18,11 +18,11 @@ from aicenter.core.errors import Conflict, Forbidden, ValidationFailed
 from aicenter.core.jobs import ACTIVE_STATUSES, translate
 from aicenter.core.serving.spec import RevisionSpec, RevisionState, ServiceStatus, check_traffic
 from aicenter.db.models import Job, Service, ServiceReplica, ServiceRevision
-from aicenter.events import notify_after_commit, routes_changed
+from aicenter.events import routes_changed
 from aicenter.services import audit, billing
 from aicenter.services.context import Actor
 from aicenter.services.serving._access import load_service, require_manager
-from aicenter.services.serving._events import record_service_event, traffic_split
+from aicenter.services.serving._events import notify_changed, record_service_event, traffic_split
 
 __all__ = [
     "delete_service",
@@ -35,13 +35,6 @@ __all__ = [
 ]
 
 _LIVE = (RevisionState.STARTING.value, RevisionState.READY.value)
-
-
-def _notify(session: AsyncSession) -> None:
-    """Once committed: the job controllers act, and this process's gateway reloads its routes at once (a caller's
-    next request sees the change, not the table of up to a refresh ago)."""
-    notify_after_commit(session)
-    routes_changed.notify_after_commit(session)
 
 
 async def _revisions(session: AsyncSession, service: Service) -> list[ServiceRevision]:
@@ -104,7 +97,7 @@ async def set_traffic(session: AsyncSession, actor: Actor, service_id: int, traf
         session, service, "service.traffic", f"traffic set by {actor.username}: {traffic_split(wanted)}",
         details={"traffic": {str(k): v for k, v in wanted.items() if v > 0}, "action": "set"},
     )  # fmt: skip
-    _notify(session)
+    notify_changed(session)
 
 
 async def promote_service(session: AsyncSession, actor: Actor, service_id: int) -> ServiceRevision:
@@ -126,7 +119,7 @@ async def promote_service(session: AsyncSession, actor: Actor, service_id: int) 
         f"revision {canary.number} promoted by {actor.username}: all traffic moves to it",
         details={"revision": canary.number, "action": "promote"},
     )  # fmt: skip
-    _notify(session)
+    notify_changed(session)
     return canary
 
 
@@ -154,7 +147,7 @@ async def rollback_service(session: AsyncSession, actor: Actor, service_id: int)
         f"revision {canary.number} rolled back by {actor.username}: all traffic returns to revision {stable.number}",
         details={"revision": canary.number, "to": stable.number, "action": "rollback"},
     )  # fmt: skip
-    _notify(session)
+    notify_changed(session)
     return canary
 
 
@@ -199,7 +192,7 @@ async def scale_service(
     audit.record(
         session, actor, "service.scale", "service", service.id, workspace_id=service.workspace_id, details=changes
     )
-    _notify(session)
+    notify_changed(session)
 
 
 async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -227,7 +220,7 @@ async def stop_service(session: AsyncSession, actor: Actor, service_id: int) -> 
         session, actor, "service.force_stop" if forced else "service.stop", "service", service.id,
         workspace_id=service.workspace_id,
     )  # fmt: skip
-    _notify(session)
+    notify_changed(session)
 
 
 async def start_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -247,7 +240,7 @@ async def start_service(session: AsyncSession, actor: Actor, service_id: int) ->
             revision.last_request_at = now  # a start is a use: its replicas come back for the grace
     audit.record(session, actor, "service.start", "service", service.id, workspace_id=service.workspace_id)
     record_service_event(session, service, "service.started", f"started by {actor.username}")
-    _notify(session)
+    notify_changed(session)
 
 
 async def delete_service(session: AsyncSession, actor: Actor, service_id: int) -> None:
@@ -301,5 +294,5 @@ async def stop_for_arrears(session: AsyncSession, workspace_id: int, workspace: 
             "and stop", severity=Severity.WARNING, details={"reason": "arrears"},
         )  # fmt: skip
     if services:
-        _notify(session)
+        notify_changed(session)
     return [s.id for s in services]
