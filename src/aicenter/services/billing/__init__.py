@@ -32,7 +32,6 @@ from aicenter.services.billing._ledger import (
 from aicenter.services.billing._meter import MeterRaced, MeterResult, meter, meter_jobs
 from aicenter.services.billing._overview import (
     AccountView,
-    account,
     all_accounts,
     list_entries,
     my_accounts,
@@ -69,7 +68,6 @@ __all__ = [
     "ReportRow",
     "Stats",
     "Transition",
-    "account",
     "add_entry",
     "adjust",
     "admit",

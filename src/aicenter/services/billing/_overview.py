@@ -61,12 +61,6 @@ async def all_accounts(
     return Page(await _accounts(session, list(page.items), now), page.next_cursor)
 
 
-async def account(session: AsyncSession, actor: Actor, workspace_id: int, now: datetime) -> AccountView:
-    """One workspace's balance and this month's spend (its members and platform admins; others NotFound)."""
-    workspace = await get_visible_workspace(session, actor, workspace_id)
-    return (await _accounts(session, [workspace], now))[0]
-
-
 async def list_entries(
     session: AsyncSession,
     actor: Actor,

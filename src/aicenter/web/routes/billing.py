@@ -75,21 +75,20 @@ async def _workspace(
         raise ValidationFailed(f'"{view}" is not a view; use one of {", ".join(VIEWS)}', field="view")
     cursor = request.query_params.get("cursor") or None
     async with cx.ctx.db.read() as session:
-        account = await billing.account(session, cx.actor, workspace_id, utcnow())  # NotFound for non-members
+        # Its balance and month's spend come with the policy: NotFound for non-members.
+        policy = await billing.get_policy(session, cx.actor, workspace_id)
         # Members see their own pay and recharge records; the whole ledger in one list is for its admins.
         may_see_ledger = cx.can_admin_workspace(workspace_id)
         if view == "ledger" and not may_see_ledger:
             raise Forbidden("only the workspace's admins and platform admins see its whole ledger")
         page = await billing.list_entries(session, cx.actor, workspace_id, VIEWS[view][1], limit=50, cursor=cursor)
-        policy = await billing.get_policy(session, cx.actor, workspace_id)
     return render(
         cx,
         "billing/workspace.html",
         active="billing",
-        title=f"Billing of {account.workspace}",
+        title=f"Billing of {policy.workspace}",
         forms=forms,
         status=status,
-        account=account,
         policy=policy,
         arrears_modes=ARREARS_MODES,
         entries=page.items,
