@@ -48,13 +48,11 @@ def billing_balance(workspace: WorkspaceOpt = None, output: OutputOpt = Output.t
     """The workspace's balance in coins."""
     with client() as api:
         ws = workspace_id(api, workspace)
+        if output is Output.table:  # the policy carries the balance too: one request, as `policy get`
+            _print_policy(api.billing_policy(ws))
+            return
         balance = api.balance(ws)
-        policy = api.billing_policy(ws) if output is Output.table else None
-    if policy is not None:
-        typer.echo(f"{balance.workspace}: {balance.balance:.2f} coins")
-        typer.echo(_describe(policy))
-    else:
-        out.show(balance, output)
+    out.show(balance, output)
 
 
 @billing_app.command("ledger")
@@ -168,10 +166,14 @@ def policy_get(workspace: WorkspaceOpt = None, output: OutputOpt = Output.table)
     with client() as api:
         policy = api.billing_policy(workspace_id(api, workspace))
     if output is Output.table:
-        typer.echo(f"{policy.workspace}: {policy.balance:.2f} coins")
-        typer.echo(_describe(policy))
+        _print_policy(policy)
     else:
         out.show(policy, output)
+
+
+def _print_policy(policy: BillingPolicy) -> None:
+    typer.echo(f"{policy.workspace}: {policy.balance:.2f} coins")
+    typer.echo(_describe(policy))
 
 
 @policy_app.command("set")
@@ -217,18 +219,14 @@ def billing_report(
 ) -> None:
     """Machine-hours and spend per period and group, of the workspaces you are a member of (admins: all)."""
     with client() as api:
-        kwargs = {
-            "period": period,
-            "group_by": by,
-            "start": start,
-            "end": end,
-            "anchor": anchor,
-            "workspace_id": workspace_id(api, workspace) if workspace else None,
-        }
+        ws = workspace_id(api, workspace) if workspace else None
         if csv:
-            typer.echo(api.billing_report_csv(**kwargs), nl=False)
+            text = api.billing_report_csv(
+                period=period, group_by=by, start=start, end=end, anchor=anchor, workspace_id=ws
+            )
+            typer.echo(text, nl=False)
             return
-        report = api.billing_report(**kwargs)  # type: ignore[arg-type]
+        report = api.billing_report(period=period, group_by=by, start=start, end=end, anchor=anchor, workspace_id=ws)
     if output is not Output.table:
         out.show(report, output)
         return

@@ -198,6 +198,18 @@ def _day(value: date | str | None) -> str | None:
     return value.isoformat() if isinstance(value, date) else value
 
 
+def _report_params(
+    period: str,
+    group_by: str,
+    start: date | str | None,
+    end: date | str | None,
+    anchor: date | str | None,
+    workspace_id: int | None,
+    user_id: int | None,
+) -> dict[str, Any]:
+    return _range(period, start, end, anchor) | query(group_by=group_by, workspace_id=workspace_id, user_id=user_id)
+
+
 class BillingReportsMixin(BaseClient):
     def billing_report(
         self,
@@ -217,19 +229,22 @@ class BillingReportsMixin(BaseClient):
         Raises:
             ApiError: ``validation_failed`` for one end only, a reversed range or one over five years.
         """
-        params = _range(period, start, end, anchor) | query(
-            group_by=group_by, workspace_id=workspace_id, user_id=user_id
-        )
+        params = _report_params(period, group_by, start, end, anchor, workspace_id, user_id)
         return self._one(Report, "GET", "/billing/report", params=params)
 
-    def billing_report_csv(self, **kwargs: Any) -> str:
-        """The same report as CSV text (arguments as ``billing_report``)."""
-        params = _range(
-            kwargs.pop("period", "month"),
-            kwargs.pop("start", None),
-            kwargs.pop("end", None),
-            kwargs.pop("anchor", None),
-        ) | query(format="csv", **kwargs)
+    def billing_report_csv(
+        self,
+        *,
+        period: str = "month",
+        group_by: str = "workspace",
+        start: date | str | None = None,
+        end: date | str | None = None,
+        anchor: date | str | None = None,
+        workspace_id: int | None = None,
+        user_id: int | None = None,
+    ) -> str:
+        """The same report as CSV text, one line per period and group (arguments as ``billing_report``)."""
+        params = _report_params(period, group_by, start, end, anchor, workspace_id, user_id) | {"format": "csv"}
         return self._request("GET", "/billing/report", params=params).text
 
     def billing_stats(
