@@ -64,6 +64,7 @@ async def test_report_json_csv_isolation_and_stats(client: httpx.AsyncClient, db
 
     r = await client.get("/api/v1/billing/report", params={**params, "format": "csv"}, headers=alice.headers)
     assert r.headers["content-type"].startswith("text/csv")
+    assert r.headers["content-disposition"] == 'attachment; filename="billing-month-kind-2026-01-01.csv"'
     assert r.text.splitlines() == [
         "period_start,kind,machine_hours,amount,entries",
         "2026-01-01,train,1.500000,1.50,1",

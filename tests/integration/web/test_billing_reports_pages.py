@@ -54,6 +54,7 @@ async def test_report_page_table_chart_csv_and_admin_summary(
     assert 'data-testid="billing-stats"' not in page.text
     csv = await alice.get(f"/billing/reports.csv?{query}")
     assert csv.headers["content-type"].startswith("text/csv")
+    assert csv.headers["content-disposition"] == 'attachment; filename="billing-month-kind-2026-01-01.csv"'
     assert csv.text.splitlines()[1:] == ["2026-02-01,notebook,1.200000,1.20,1"]
 
     bad = await alice.get("/billing/reports?period=month&from=2026-03-01&to=2026-01-01")

@@ -158,11 +158,10 @@ async def billing_report(
         user_id=user_id,
     )
     if format == "csv":
-        filename = f"billing-{period}-{group_by}-{result.start.isoformat()}.csv"
         return Response(
             billing.report_csv(result),
             media_type="text/csv",
-            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+            headers={"Content-Disposition": f'attachment; filename="{billing.report_filename(result)}"'},
         )
     return ReportOut.model_validate(result)
 

@@ -47,7 +47,16 @@ from aicenter.services.billing._policy import (
     register_facts,
     set_policy,
 )
-from aicenter.services.billing._reports import GroupBy, Report, ReportRow, Stats, report, report_csv, stats
+from aicenter.services.billing._reports import (
+    GroupBy,
+    Report,
+    ReportRow,
+    Stats,
+    report,
+    report_csv,
+    report_filename,
+    stats,
+)
 from aicenter.services.billing._verify import Mismatch, verify
 
 __all__ = [
@@ -91,6 +100,7 @@ __all__ = [
     "register_facts",
     "report",
     "report_csv",
+    "report_filename",
     "service_cost",
     "set_policy",
     "stats",

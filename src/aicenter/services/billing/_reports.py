@@ -171,6 +171,11 @@ def report_csv(report: Report) -> str:
     return out.getvalue()
 
 
+def report_filename(report: Report) -> str:
+    """The CSV download's file name, the same from the API and the console: what, by what, from when."""
+    return f"billing-{report.period.value}-{report.group_by.value}-{report.start.isoformat()}.csv"
+
+
 async def stats(
     session: AsyncSession,
     actor: Actor,

@@ -119,9 +119,8 @@ async def billing_reports_csv(cx: Page) -> Response:
         report = await _report(cx, values)
     except AicenterError:
         return await billing_reports(cx)
-    name = f"billing-{report.period.value}-{report.group_by.value}-{report.start.isoformat()}.csv"
     return Response(
         billing.report_csv(report),
         media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        headers={"Content-Disposition": f'attachment; filename="{billing.report_filename(report)}"'},
     )
