@@ -292,5 +292,9 @@ async def test_steps_move_on_while_requests_flow(
         await serving.apply_decision(session, sid, wants, now=second.updated_at + timedelta(seconds=61))
     assert [r.desired_replicas for r in await revisions()][1] == 3
     assert [r.updated_at for r in await revisions()] == before
+    # Nor does a scale (the bounds of every live revision) restart it.
+    scaled = await client.post(f"{API}/{sid}/scale", json={"max_replicas": 4}, headers=h["alice"])
+    assert scaled.status_code < 300, scaled.text
+    assert [r.updated_at for r in await revisions()] == before
     await controller.run_once()
     assert [(r.state, r.traffic) for r in await revisions()] == [("retired", 0), ("ready", 100)]

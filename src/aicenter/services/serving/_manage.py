@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import flag_modified
 
 from aicenter.core.alerts import Severity
 from aicenter.core.clock import utcnow
@@ -188,7 +189,8 @@ async def scale_service(
         except ValidationError as exc:
             raise translate(exc) from None
         revision.spec = {**revision.spec, **changes}
-        revision.updated_at = utcnow()
+        # A scale moves no traffic: updated_at (the steps rollout's clock) is written as it is, not by onupdate.
+        flag_modified(revision, "updated_at")
     audit.record(
         session, actor, "service.scale", "service", service.id, workspace_id=service.workspace_id, details=changes
     )
